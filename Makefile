@@ -1,0 +1,35 @@
+# CPU path: a local .venv with torch==2.13.0 (CPU). GPU machines: see environment.yml.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: install run test gpu-check lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	@# Keep a CUDA torch if one is importable; otherwise the CPU build that lies on disk.
+	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null \
+	  || $(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet --no-build-isolation -e ".[test,dgl]"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+run: install
+	$(VENV)/bin/snakemake --cores all
+
+test: install
+	$(PY) -m pytest -q
+
+gpu-check: install
+	bash workflow/scripts/gpu_check.sh
+
+lint: install
+	$(VENV)/bin/snakemake --lint
+
+clean:
+	rm -rf $(VENV) .snakemake

@@ -1,0 +1,5 @@
+import sys
+
+from cherry.cli import main
+
+sys.exit(main())

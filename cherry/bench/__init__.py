@@ -1,0 +1,1 @@
+"""Benchmarking: run specs, runner, measurement, records, figures, report."""

@@ -1,0 +1,43 @@
+"""The ``cherry`` command: one sub-command module per verb group (data, train, verify, bench).
+
+Each module in `COMMANDS` exposes ``register(subparsers)``, which adds its parser and sets
+``func`` (taking the parsed namespace, returning an exit code). Bad input surfaces as a one-line
+``cherry: error: ...`` message and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = ("data", "train", "verify", "bench")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cherry", description="Exact micro-batched GNN training under a memory budget."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"cherry.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"cherry.cli.{name}":
+                continue  # command not built into this checkout
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"cherry: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

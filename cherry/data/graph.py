@@ -1,0 +1,115 @@
+"""Graphs in compressed sparse column (CSC) form and the `Dataset` bundle.
+
+A `Graph` stores, for every destination node ``v``, its in-neighbours (message sources)
+``indices[indptr[v]:indptr[v + 1]]``. Invariants, checked on construction:
+``indptr`` is int64 of length ``num_nodes + 1``, starts at 0, never decreases and ends at
+``len(indices)``; ``indices`` is int64 with every entry in ``[0, num_nodes)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+def _check_index_tensor(name: str, t: Any) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int64:
+        raise TypeError(f"{name} must have dtype torch.int64, got {t.dtype}")
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {tuple(t.shape)}")
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A directed graph in CSC form: column ``v`` lists the sources of edges into ``v``."""
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    num_nodes: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_nodes, int) or self.num_nodes < 0:
+            raise ValueError(f"num_nodes must be a non-negative int, got {self.num_nodes!r}")
+        _check_index_tensor("indptr", self.indptr)
+        _check_index_tensor("indices", self.indices)
+        if self.indptr.numel() != self.num_nodes + 1:
+            raise ValueError(
+                f"indptr must have num_nodes + 1 = {self.num_nodes + 1} entries, got {self.indptr.numel()}"
+            )
+        if int(self.indptr[0]) != 0:
+            raise ValueError(f"indptr must start at 0, got {int(self.indptr[0])}")
+        if int(self.indptr[-1]) != self.indices.numel():
+            raise ValueError(
+                f"indptr must end at len(indices) = {self.indices.numel()}, got {int(self.indptr[-1])}"
+            )
+        if self.num_nodes > 0 and bool((self.indptr[1:] < self.indptr[:-1]).any()):
+            raise ValueError("indptr must be non-decreasing")
+        if self.indices.numel() > 0:
+            lo, hi = int(self.indices.min()), int(self.indices.max())
+            if lo < 0 or hi >= self.num_nodes:
+                raise ValueError(
+                    f"indices must lie in [0, {self.num_nodes}), found values in [{lo}, {hi}]"
+                )
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.numel())
+
+    def in_degrees(self) -> torch.Tensor:
+        """In-degree of every node (int64, length ``num_nodes``)."""
+        return self.indptr[1:] - self.indptr[:-1]
+
+    @staticmethod
+    def from_edges(src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> "Graph":
+        """Build the CSC graph of edges ``src[i] -> dst[i]``; in-neighbours keep edge-list order."""
+        _check_index_tensor("src", src)
+        _check_index_tensor("dst", dst)
+        if src.numel() != dst.numel():
+            raise ValueError(f"src and dst must have equal length, got {src.numel()} and {dst.numel()}")
+        if dst.numel() > 0 and (int(dst.min()) < 0 or int(dst.max()) >= num_nodes):
+            raise ValueError(f"dst ids must lie in [0, {num_nodes})")
+        order = torch.argsort(dst, stable=True)
+        counts = torch.bincount(dst, minlength=num_nodes)
+        indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
+        torch.cumsum(counts, 0, out=indptr[1:])
+        return Graph(indptr=indptr, indices=src[order].contiguous(), num_nodes=num_nodes)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A node-classification dataset: graph, float32 features, int64 labels and the split.
+
+    Invariants: ``features`` is ``[num_nodes, feature_dim]`` float32 (possibly memory-mapped),
+    ``labels`` is ``[num_nodes]`` int64 with values in ``[0, num_classes)`` for labelled nodes,
+    split index tensors are int64 node ids.
+    """
+
+    name: str
+    graph: Graph
+    features: torch.Tensor
+    labels: torch.Tensor
+    train_idx: torch.Tensor
+    valid_idx: torch.Tensor
+    test_idx: torch.Tensor
+    num_classes: int
+    metadata: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = self.graph.num_nodes
+        if self.features.dim() != 2 or self.features.shape[0] != n:
+            raise ValueError(f"features must be [{n}, F], got {tuple(self.features.shape)}")
+        if self.features.dtype != torch.float32:
+            raise TypeError(f"features must be float32, got {self.features.dtype}")
+        if self.labels.shape != (n,) or self.labels.dtype != torch.int64:
+            raise ValueError(f"labels must be int64 [{n}], got {self.labels.dtype} {tuple(self.labels.shape)}")
+        for split in ("train_idx", "valid_idx", "test_idx"):
+            _check_index_tensor(split, getattr(self, split))
+        if self.num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1, got {self.num_classes}")
+
+    @property
+    def feature_dim(self) -> int:
+        return int(self.features.shape[1])

@@ -1,0 +1,1 @@
+"""Execution: gradient-accumulating executor, OOM re-planning, trainer, layer-wise inference."""

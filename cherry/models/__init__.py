@@ -1,0 +1,1 @@
+"""GNN models on `Blocks`: GraphSAGE (mean, pool, lstm), GCN, GAT."""

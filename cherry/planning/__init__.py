@@ -1,0 +1,1 @@
+"""Planning: memory model, seed orderings, splits and the `MicrobatchPlan`."""
