@@ -1,1 +1,28 @@
-"""GNN models on `Blocks`: GraphSAGE (mean, pool, lstm), GCN, GAT."""
+"""GNN models on `Blocks`: GraphSAGE (mean, pool, lstm), GCN, GAT, and an MLP baseline.
+
+Every model is called as ``model(blocks, x) -> logits [blocks.num_seeds, num_classes]`` with ``x`` the
+features of ``blocks.input_nodes`` in order. Each destination's output depends only on its own input row
+and its own in-edges (in order), so logits computed on sliced micro-batch blocks equal the full batch's.
+"""
+from cherry.models.base import BlockModel, count_parameters
+from cherry.models.build import build_model
+from cherry.models.gat import GATConv
+from cherry.models.gcn import GCNConv
+from cherry.models.mlp import MLP
+from cherry.models.sage import SAGEConv, lstm_aggregate
+from cherry.models.spec import MODELS, SAGE_AGGREGATORS, LayerDims, ModelSpec
+
+__all__ = [
+    "MODELS",
+    "SAGE_AGGREGATORS",
+    "BlockModel",
+    "GATConv",
+    "GCNConv",
+    "LayerDims",
+    "MLP",
+    "ModelSpec",
+    "SAGEConv",
+    "build_model",
+    "count_parameters",
+    "lstm_aggregate",
+]

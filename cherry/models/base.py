@@ -1,0 +1,70 @@
+"""`BlockModel`: a stack of graph layers run over `Blocks`, and `count_parameters`.
+
+Interface shared by every model: ``model(blocks, x) -> logits [blocks.num_seeds, num_classes]``, where
+``x`` is ``[blocks.layers[0].num_src, in_dim]``, the features of the input nodes in their order.
+
+Each layer maps ``h [block.num_src, d_in]`` to ``[block.num_dst, d_out]``. The exactness invariant that
+micro-batching relies on: a destination's output depends only on its own input row and on the rows of
+its own in-edges in the block, in their order. So the logits of any subset of seeds computed from the
+sub-blocks sliced for that subset equal the corresponding rows of the full batch's logits (no
+BatchNorm; with dropout the equality holds only for identical masks, i.e. dropout=0 or eval mode).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cherry.models.spec import ModelSpec
+from cherry.sampling.blocks import Block, Blocks
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
+    """Number of scalar parameters of ``model`` (trainable ones only by default)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def check_features(x: object, num_rows: int, in_dim: int) -> None:
+    """Raise unless ``x`` is a floating ``[num_rows, in_dim]`` tensor."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+    if x.dim() != 2 or x.shape[0] != num_rows or x.shape[1] != in_dim:
+        raise ValueError(f"x must have shape [{num_rows}, {in_dim}] (input nodes x in_dim), got {tuple(x.shape)}")
+
+
+class BlockModel(nn.Module):
+    """Graph layers, one per block, with ReLU + dropout between layers and nothing after the last."""
+
+    def __init__(self, spec: ModelSpec, layers: list[nn.Module]) -> None:
+        super().__init__()
+        if len(layers) != spec.num_layers:
+            raise ValueError(f"expected {spec.num_layers} layers for {spec}, got {len(layers)}")
+        self.spec = spec
+        self.layers = nn.ModuleList(layers)
+        self.dropout = nn.Dropout(spec.dropout)
+
+    def forward_layer(self, index: int, block: Block, h: torch.Tensor) -> torch.Tensor:
+        """Layer ``index`` on one block, with the activation that follows it (none for the last).
+
+        Exposed for layer-wise full-neighbour inference, which runs one layer over all nodes at a time.
+        """
+        out = self.layers[index](block, h)
+        if index < len(self.layers) - 1:
+            out = self.dropout(torch.relu(out))
+        return out
+
+    def forward(self, blocks: Blocks, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(blocks, Blocks):
+            raise TypeError(f"blocks must be cherry.sampling.Blocks, got {type(blocks).__name__}")
+        if blocks.num_layers != self.spec.num_layers:
+            raise ValueError(
+                f"blocks has {blocks.num_layers} layers but the model has {self.spec.num_layers}; they must be equal"
+            )
+        check_features(x, blocks.layers[0].num_src, self.spec.in_dim)
+        h = x
+        for index, block in enumerate(blocks.layers):
+            h = self.forward_layer(index, block, h)
+        return h
