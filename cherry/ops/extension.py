@@ -44,6 +44,27 @@ def extension_sources(cuda: bool | None = None) -> list[Path]:
     return sources
 
 
+def _shim_sources(sources: list[Path], build_dir: Path) -> list[Path]:
+    """One uniquely named shim per source (``cpu_<op>.cpp`` holding ``#include "<abs path>"``).
+
+    torch's ninja build names each object after its file's base name, so ``csrc/<op>.cpp`` and
+    ``csrc/cpu/<op>.cpp`` would collide. The compiler's depfile still tracks the real source, so an
+    edit there rebuilds; a shim is rewritten only when its text changes, keeping builds incremental.
+    """
+    shim_dir = build_dir / "shims"
+    shim_dir.mkdir(parents=True, exist_ok=True)
+    shims = []
+    for src in sources:
+        shim = shim_dir / "_".join(src.relative_to(CSRC_DIR).parts)
+        text = f'#include "{src}"\n'
+        if not shim.exists() or shim.read_text() != text:
+            tmp = shim.with_name(shim.name + f".tmp{os.getpid()}")
+            tmp.write_text(text)
+            os.replace(tmp, shim)
+        shims.append(shim)
+    return shims
+
+
 def _load() -> None:
     if os.environ.get("CHERRY_NO_EXT", "") not in ("", "0"):
         _state.update(loaded=False, reason="disabled by CHERRY_NO_EXT")
@@ -58,7 +79,7 @@ def _load() -> None:
         cflags = ["-O3", "-fopenmp", "-std=c++17"]
         load(
             name="cherry_ops",
-            sources=[str(s) for s in sources],
+            sources=[str(s) for s in _shim_sources(sources, _build_dir())],
             extra_cflags=cflags,
             extra_ldflags=["-fopenmp"],
             extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr"],

@@ -12,7 +12,9 @@ def csr_aggregate(indptr: torch.Tensor, indices: torch.Tensor, x_src: torch.Tens
     """``out[i] = reduce(x_src[indices[indptr[i]:indptr[i+1]]])``; empty segments give zeros.
 
     Shapes: indptr [D+1] int64, indices [E] int64 in [0, len(x_src)), x_src [S, F] -> [D, F].
-    Differentiable through autograd (max routes the gradient to the first arg-max, as scatter does).
+    Differentiable through autograd. For max, scatter_reduce's backward splits a gradient element evenly
+    among exactly tied maxima (the native op gives it to the first in segment order; they agree when
+    no two distinct sources tie, and repeated edges to one source sum to the same gradient).
     """
     num_dst = indptr.numel() - 1
     deg = indptr[1:] - indptr[:-1]

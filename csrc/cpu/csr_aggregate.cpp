@@ -1,0 +1,208 @@
+// CPU kernels of csr_aggregate (schema and contract: csrc/csr_aggregate.cpp).
+//
+// Forward is parallel over destination rows: each task owns its rows of `out`, so there are no write
+// races and each row is summed in edge order (the order the reference's index_add uses, so float
+// results match it bit for bit). Backward needs the adjoint scatter into x_src; rather than atomics or
+// per-thread [S, F] buffers, it builds the transposed adjacency (source -> its in-edge positions, a
+// stable counting sort: O(S + E) int64, never O(E x F)) and is then parallel over source rows.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+namespace cherry {
+namespace {
+
+enum class Reduce { kSum, kMean, kMax };
+
+Reduce parse_reduce(c10::string_view name) {
+  if (name == "sum") return Reduce::kSum;
+  if (name == "mean") return Reduce::kMean;
+  if (name == "max") return Reduce::kMax;
+  TORCH_CHECK(false, "csr_aggregate: reduce must be 'sum', 'mean' or 'max', got '", std::string(name), "'");
+}
+
+// Rows per parallel task: about GRAIN_SIZE scalar operations each, at least one row.
+int64_t row_grain(int64_t work_per_row) {
+  return std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(work_per_row, 1));
+}
+
+void check_csc(const at::Tensor& indptr, const at::Tensor& indices) {
+  TORCH_CHECK(indptr.dim() == 1 && indptr.scalar_type() == at::kLong, "indptr must be a 1-D int64 tensor");
+  TORCH_CHECK(indices.dim() == 1 && indices.scalar_type() == at::kLong, "indices must be a 1-D int64 tensor");
+  TORCH_CHECK(indptr.numel() >= 1, "indptr must have at least one entry");
+}
+
+// O(D) check that indptr is a valid segmentation of the E edges; the kernels index memory with it.
+void check_segments(const at::Tensor& indptr, int64_t num_edges) {
+  const int64_t* ptr = indptr.data_ptr<int64_t>();
+  const int64_t num_dst = indptr.numel() - 1;
+  TORCH_CHECK(ptr[0] == 0 && ptr[num_dst] == num_edges, "indptr must start at 0 and end at len(indices) = ",
+              num_edges, ", got ", ptr[0], " and ", ptr[num_dst]);
+  for (int64_t d = 0; d < num_dst; ++d) {
+    TORCH_CHECK(ptr[d] <= ptr[d + 1], "indptr must be non-decreasing, but indptr[", d, "] > indptr[", d + 1, "]");
+  }
+}
+
+template <typename scalar_t>
+void forward_rows(const int64_t* ptr, const int64_t* idx, const scalar_t* x, scalar_t* out, int64_t* arg,
+                  int64_t num_src, int64_t num_dst, int64_t feat, Reduce reduce) {
+  const int64_t avg_deg = num_dst > 0 ? std::max<int64_t>(1, ptr[num_dst] / num_dst) : 1;
+  at::parallel_for(0, num_dst, row_grain(feat * avg_deg), [&](int64_t begin, int64_t end) {
+    for (int64_t d = begin; d < end; ++d) {
+      scalar_t* o = out + d * feat;
+      const int64_t first = ptr[d], last = ptr[d + 1];
+      for (int64_t e = first; e < last; ++e) {
+        TORCH_CHECK(idx[e] >= 0 && idx[e] < num_src, "indices[", e, "] = ", idx[e], " is outside [0, ", num_src, ")");
+      }
+      if (reduce == Reduce::kMax) {
+        int64_t* a = arg + d * feat;
+        if (first >= last) {
+          std::fill(o, o + feat, scalar_t(0));
+          std::fill(a, a + feat, int64_t(-1));
+          continue;
+        }
+        const scalar_t* x0 = x + idx[first] * feat;
+        std::copy(x0, x0 + feat, o);
+        std::fill(a, a + feat, first);
+        for (int64_t e = first + 1; e < last; ++e) {
+          const scalar_t* xe = x + idx[e] * feat;
+          for (int64_t f = 0; f < feat; ++f) {
+            // Strict '>' keeps the first maximum in segment order.
+            if (xe[f] > o[f]) {
+              o[f] = xe[f];
+              a[f] = e;
+            }
+          }
+        }
+      } else {
+        std::fill(o, o + feat, scalar_t(0));
+        for (int64_t e = first; e < last; ++e) {
+          const scalar_t* xe = x + idx[e] * feat;
+          for (int64_t f = 0; f < feat; ++f) o[f] += xe[f];
+        }
+        if (reduce == Reduce::kMean && last > first) {
+          const scalar_t deg = static_cast<scalar_t>(last - first);
+          for (int64_t f = 0; f < feat; ++f) o[f] /= deg;
+        }
+      }
+    }
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> csr_aggregate_forward_cpu(const at::Tensor& indptr, const at::Tensor& indices,
+                                                             const at::Tensor& x_src, c10::string_view reduce_name) {
+  check_csc(indptr, indices);
+  TORCH_CHECK(x_src.dim() == 2, "x_src must be 2-D [num_src, features]");
+  const Reduce reduce = parse_reduce(reduce_name);
+  const auto ptr = indptr.contiguous();
+  const auto idx = indices.contiguous();
+  const auto x = x_src.contiguous();
+  check_segments(ptr, idx.numel());
+  const int64_t num_dst = ptr.numel() - 1, feat = x.size(1);
+  auto out = at::empty({num_dst, feat}, x.options());
+  auto arg = reduce == Reduce::kMax ? at::empty({num_dst, feat}, ptr.options()) : at::empty({0}, ptr.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "csr_aggregate_forward_cpu", [&] {
+    forward_rows<scalar_t>(ptr.data_ptr<int64_t>(), idx.data_ptr<int64_t>(), x.data_ptr<scalar_t>(),
+                           out.data_ptr<scalar_t>(), reduce == Reduce::kMax ? arg.data_ptr<int64_t>() : nullptr,
+                           x.size(0), num_dst, feat, reduce);
+  });
+  return std::make_tuple(out, arg);
+}
+
+// Transposed adjacency: for source s, t_ptr[s]..t_ptr[s+1] index t_edge (edge positions, increasing)
+// and t_dst (their destinations). Sequential counting sort: O(S + E) time, 2E + S + 1 int64.
+struct Transposed {
+  at::Tensor ptr, edge, dst;
+};
+
+Transposed transpose_csc(const at::Tensor& indptr, const at::Tensor& indices, int64_t num_src) {
+  const int64_t num_dst = indptr.numel() - 1, num_edges = indices.numel();
+  const int64_t* ptr = indptr.data_ptr<int64_t>();
+  const int64_t* idx = indices.data_ptr<int64_t>();
+  Transposed t{at::zeros({num_src + 1}, indptr.options()), at::empty({num_edges}, indptr.options()),
+               at::empty({num_edges}, indptr.options())};
+  int64_t* tp = t.ptr.data_ptr<int64_t>();
+  for (int64_t e = 0; e < num_edges; ++e) {
+    TORCH_CHECK(idx[e] >= 0 && idx[e] < num_src, "indices[", e, "] = ", idx[e], " is outside [0, ", num_src, ")");
+    ++tp[idx[e] + 1];
+  }
+  for (int64_t s = 0; s < num_src; ++s) tp[s + 1] += tp[s];
+  auto cursor = t.ptr.narrow(0, 0, num_src).clone();
+  int64_t* cur = cursor.data_ptr<int64_t>();
+  int64_t* te = t.edge.data_ptr<int64_t>();
+  int64_t* td = t.dst.data_ptr<int64_t>();
+  for (int64_t d = 0; d < num_dst; ++d) {
+    for (int64_t e = ptr[d]; e < ptr[d + 1]; ++e) {
+      const int64_t pos = cur[idx[e]]++;
+      te[pos] = e;
+      td[pos] = d;
+    }
+  }
+  return t;
+}
+
+template <typename scalar_t>
+void backward_rows(const int64_t* ptr, const Transposed& t, const scalar_t* g, const int64_t* arg, scalar_t* gx,
+                   int64_t num_src, int64_t feat, Reduce reduce) {
+  const int64_t* tp = t.ptr.data_ptr<int64_t>();
+  const int64_t* te = t.edge.data_ptr<int64_t>();
+  const int64_t* td = t.dst.data_ptr<int64_t>();
+  const int64_t avg_deg = num_src > 0 ? std::max<int64_t>(1, tp[num_src] / num_src) : 1;
+  at::parallel_for(0, num_src, row_grain(feat * avg_deg), [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) {
+      scalar_t* o = gx + s * feat;
+      std::fill(o, o + feat, scalar_t(0));
+      for (int64_t p = tp[s]; p < tp[s + 1]; ++p) {
+        const int64_t d = td[p];
+        const scalar_t* gd = g + d * feat;
+        if (reduce == Reduce::kMax) {
+          const int64_t* ad = arg + d * feat;
+          const int64_t e = te[p];
+          for (int64_t f = 0; f < feat; ++f) o[f] += ad[f] == e ? gd[f] : scalar_t(0);
+        } else if (reduce == Reduce::kMean) {
+          // Divide (not multiply by a reciprocal) so the result equals the reference's autograd exactly.
+          const scalar_t deg = static_cast<scalar_t>(ptr[d + 1] - ptr[d]);
+          for (int64_t f = 0; f < feat; ++f) o[f] += gd[f] / deg;
+        } else {
+          for (int64_t f = 0; f < feat; ++f) o[f] += gd[f];
+        }
+      }
+    }
+  });
+}
+
+at::Tensor csr_aggregate_backward_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& grad_out,
+                                      const at::Tensor& argmax, int64_t num_src, c10::string_view reduce_name) {
+  check_csc(indptr, indices);
+  const Reduce reduce = parse_reduce(reduce_name);
+  TORCH_CHECK(grad_out.dim() == 2 && grad_out.size(0) == indptr.numel() - 1,
+              "grad_out must be [num_dst, features]");
+  TORCH_CHECK(num_src >= 0, "num_src must be >= 0");
+  const auto ptr = indptr.contiguous();
+  const auto idx = indices.contiguous();
+  const auto g = grad_out.contiguous();
+  const auto arg = argmax.contiguous();
+  if (reduce == Reduce::kMax) {
+    TORCH_CHECK(arg.scalar_type() == at::kLong && arg.sizes() == g.sizes(), "argmax must be int64 shaped like grad_out");
+  }
+  check_segments(ptr, idx.numel());
+  const int64_t feat = g.size(1);
+  auto grad_x = at::empty({num_src, feat}, g.options());
+  const Transposed t = transpose_csc(ptr, idx, num_src);
+  AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "csr_aggregate_backward_cpu", [&] {
+    backward_rows<scalar_t>(ptr.data_ptr<int64_t>(), t, g.data_ptr<scalar_t>(),
+                            reduce == Reduce::kMax ? arg.data_ptr<int64_t>() : nullptr,
+                            grad_x.data_ptr<scalar_t>(), num_src, feat, reduce);
+  });
+  return grad_x;
+}
+
+}  // namespace
+}  // namespace cherry
+
+TORCH_LIBRARY_IMPL(cherry, CPU, m) {
+  m.impl("csr_aggregate_forward", &cherry::csr_aggregate_forward_cpu);
+  m.impl("csr_aggregate_backward", &cherry::csr_aggregate_backward_cpu);
+}
