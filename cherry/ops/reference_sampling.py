@@ -1,0 +1,154 @@
+"""Pure-PyTorch references of the sampling ops `sample_neighbors` and `slice_layer`.
+
+They are the fallback without the native extension and the oracle of the op tests. The native
+kernels (csrc/cpu, csrc/cuda) must give bit-identical results, so the random choice is made by a
+counter-based hash that all three implement the same way:
+
+- ``mix32`` is Chris Wellons' "lowbias32" integer hash, a bijection of 32-bit words;
+- every seed node ``v`` gets a state ``h = mix32(mix32(mix32(mix32(s_lo ^ GOLDEN) ^ s_hi) ^ v_lo) ^ v_hi)``
+  from the layer's ``random_seed`` (``s_lo``/``s_hi`` its low/high 32 bits, two's complement);
+- its candidate edge at offset ``j`` (``0 <= j < degree``) gets the key ``mix32(h ^ (j mod 2**32))``;
+- a node with more than ``fanout`` in-neighbours keeps the ``fanout`` candidates with the smallest keys
+  (ties, impossible below 2**32 neighbours since ``mix32`` is a bijection, go to the smaller offset),
+  in their original adjacency order.
+
+Because the keys are i.i.d.-looking per candidate, the kept set is a uniform sample without replacement.
+Tensors here hold 32-bit words in int64 and multiply in two 16-bit halves, so no step overflows.
+"""
+from __future__ import annotations
+
+import torch
+
+MASK32 = 0xFFFFFFFF
+GOLDEN = 0x9E3779B9
+_MUL1 = 0x7FEB352D
+_MUL2 = 0x846CA68B
+
+
+def mix32_int(x: int) -> int:
+    """`mix32` on a Python int (the scalar steps of the key derivation)."""
+    x &= MASK32
+    x ^= x >> 16
+    x = (x * _MUL1) & MASK32
+    x ^= x >> 15
+    x = (x * _MUL2) & MASK32
+    x ^= x >> 16
+    return x
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    # (x * c) mod 2**32 for x in [0, 2**32): split c so every partial product stays below 2**49.
+    lo = x * (c & 0xFFFF)
+    hi = ((x * (c >> 16)) & 0xFFFF) << 16
+    return (lo + hi) & MASK32
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """lowbias32 on int64 tensors holding 32-bit words (values in ``[0, 2**32)``)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, _MUL1)
+    x = x ^ (x >> 15)
+    x = _mul32(x, _MUL2)
+    return x ^ (x >> 16)
+
+
+def node_states(random_seed: int, nodes: torch.Tensor) -> torch.Tensor:
+    """Per-node hash state ``h`` (int64 holding a 32-bit word) for int64 node ids."""
+    s = random_seed & 0xFFFFFFFFFFFFFFFF
+    base = mix32_int(mix32_int((s & MASK32) ^ GOLDEN) ^ (s >> 32))
+    h = mix32((nodes & MASK32) ^ base)
+    return mix32(h ^ ((nodes >> 32) & MASK32))
+
+
+def edge_keys(states: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """Key of the candidate edge at adjacency offset ``offsets`` of a node with state ``states``."""
+    return mix32(states ^ (offsets & MASK32))
+
+
+def _segments(lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For segments of the given lengths: the segment id and the offset within it of every item."""
+    seg = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
+    starts = torch.cumsum(lengths, 0) - lengths
+    offs = torch.arange(seg.numel(), device=lengths.device) - starts[seg]
+    return seg, offs
+
+
+def sample_neighbors(
+    indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, fanout: int, random_seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One layer of uniform neighbour sampling without replacement (see the module docstring).
+
+    Returns ``(block_indptr [S+1], block_indices [E'], src_nodes)``: destination ``i`` (= ``seeds[i]``)
+    aggregates ``src_nodes[block_indices[block_indptr[i]:block_indptr[i+1]]]``; ``src_nodes`` is the
+    seeds in the given order followed by the newly seen sources in first-appearance order.
+    Seeds must be distinct (the caller validates).
+    """
+    device = seeds.device
+    num_seeds = seeds.numel()
+    starts = indptr[seeds]
+    deg = indptr[seeds + 1] - starts
+    count = deg if fanout < 0 else deg.clamp(max=fanout)
+    block_indptr = torch.zeros(num_seeds + 1, dtype=torch.int64, device=device)
+    torch.cumsum(count, 0, out=block_indptr[1:])
+
+    # Take-all segments contribute all candidates; the others rank their candidates by key.
+    need = deg > count
+    seg, offs = _segments(deg)
+    keep = ~need[seg]
+    if bool(need.any()):
+        cand = torch.nonzero(need[seg]).squeeze(1)
+        cseg, coffs = seg[cand], offs[cand]
+        keys = edge_keys(node_states(random_seed, seeds)[cseg], coffs)
+        # seg < 2**31 and key < 2**32, so the composite sorts by segment, then key; stable -> offset.
+        order = torch.argsort((cseg << 32) | keys, stable=True)
+        need_deg = torch.where(need, deg, torch.zeros_like(deg))
+        seg_start = torch.cumsum(need_deg, 0) - need_deg
+        sorted_seg = cseg[order]
+        rank = torch.arange(order.numel(), device=device) - seg_start[sorted_seg]
+        keep[cand[order[rank < count[sorted_seg]]]] = True
+    sampled = indices[(starts[seg] + offs)[keep]]
+
+    src_nodes, local = first_appearance_unique(torch.cat([seeds, sampled]))
+    return block_indptr, local[num_seeds:], src_nodes
+
+
+def first_appearance_unique(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distinct values in order of first appearance, and each value's index among them."""
+    uniq, inverse = torch.unique(values, return_inverse=True)
+    big = values.numel()
+    first = torch.full((uniq.numel(),), big, dtype=torch.int64, device=values.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(big, device=values.device), reduce="amin")
+    order = torch.argsort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=values.device)
+    return uniq[order], rank[inverse]
+
+
+def slice_layer(
+    indptr: torch.Tensor, indices: torch.Tensor, dst_positions: torch.Tensor, num_parent_src: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Restrict one block to the destinations at ``dst_positions`` (distinct, in the parent's dst range).
+
+    Returns ``(sub_indptr, sub_indices, src_positions)``: sub-destination ``i`` is parent destination
+    ``dst_positions[i]`` with exactly its parent in-edges in the same order; ``src_positions`` (positions
+    among the parent's ``num_parent_src`` sources) are ``dst_positions`` followed by the newly reached
+    sources in first-appearance order; ``sub_indices`` are local positions into ``src_positions``.
+    """
+    device = dst_positions.device
+    starts = indptr[dst_positions]
+    deg = indptr[dst_positions + 1] - starts
+    sub_indptr = torch.zeros(dst_positions.numel() + 1, dtype=torch.int64, device=device)
+    torch.cumsum(deg, 0, out=sub_indptr[1:])
+    seg, offs = _segments(deg)
+    edges = indices[starts[seg] + offs]
+
+    # Dense over the parent's sources: the first appearance of every reached position.
+    seq = torch.cat([dst_positions, edges])
+    big = seq.numel()
+    first = torch.full((num_parent_src,), big, dtype=torch.int64, device=device)
+    first.scatter_reduce_(0, seq, torch.arange(big, device=device), reduce="amin")
+    reached = torch.nonzero(first < big).squeeze(1)
+    src_positions = reached[torch.argsort(first[reached])]
+    local = torch.empty(num_parent_src, dtype=torch.int64, device=device)
+    local[src_positions] = torch.arange(src_positions.numel(), device=device)
+    return sub_indptr, local[edges], src_positions

@@ -1,0 +1,206 @@
+"""The sampling ops: native kernels equal their pure-PyTorch reference bit for bit, the reference does
+what the contract says (uniform, without replacement, order-preserving), and bad input is refused."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from cherry.data.graph import Graph
+from cherry.ops import extension_available, extension_status, sample_neighbors, slice_layer
+from cherry.ops import reference_sampling as ref
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")],
+    ),
+]
+FANOUTS = [-1, 1, 2, 3, 7, 1000]
+
+
+@pytest.fixture(scope="module")
+def native():
+    """The native ops; building the extension is required unless CHERRY_NO_EXT disables it."""
+    if os.environ.get("CHERRY_NO_EXT", "") not in ("", "0"):
+        pytest.skip("native extension disabled by CHERRY_NO_EXT")
+    assert extension_available(), extension_status()
+    return torch.ops.cherry
+
+
+def random_graph(gen: torch.Generator, num_nodes: int, num_edges: int) -> Graph:
+    """Random multigraph where about a quarter of the nodes are isolated (no in- or out-edges)."""
+    active = torch.randperm(num_nodes, generator=gen)[: max(1, (3 * num_nodes) // 4)]
+    src = active[torch.randint(0, active.numel(), (num_edges,), generator=gen)]
+    dst = active[torch.randint(0, active.numel(), (num_edges,), generator=gen)]
+    return Graph.from_edges(src, dst, num_nodes)
+
+
+def random_cases(seed: int, count: int):
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(count):
+        n = int(torch.randint(1, 80, (1,), generator=gen))
+        g = random_graph(gen, n, int(torch.randint(0, 8 * n, (1,), generator=gen)))
+        num_seeds = int(torch.randint(1, n + 1, (1,), generator=gen))
+        seeds = torch.randperm(n, generator=gen)[:num_seeds]
+        random_seed = int(torch.randint(-(2**63), 2**63 - 1, (1,), generator=gen))
+        yield g, seeds, random_seed
+
+
+def to(device, *tensors):
+    return [t.to(device) for t in tensors]
+
+
+def assert_same(native_out, ref_out):
+    for got, want in zip(native_out, ref_out):
+        assert torch.equal(got.cpu(), want.cpu()), (got, want)
+
+
+def test_mix32_tensor_matches_scalar():
+    gen = torch.Generator().manual_seed(1)
+    words = torch.cat([torch.randint(0, 2**32, (2000,), generator=gen), torch.tensor([0, 1, 2**31, 2**32 - 1])])
+    got = ref.mix32(words)
+    assert got.tolist() == [ref.mix32_int(int(w)) for w in words]
+    assert int(got.max()) < 2**32 and int(got.min()) >= 0
+    assert torch.unique(got).numel() == torch.unique(words).numel()  # a bijection
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fanout", FANOUTS)
+def test_sample_native_equals_reference(native, device, fanout):
+    for g, seeds, random_seed in random_cases(seed=fanout + 10, count=25):
+        indptr, indices, seeds_d = to(device, g.indptr, g.indices, seeds)
+        got = native.sample_neighbors(indptr, indices, seeds_d, fanout, random_seed)
+        assert_same(got, ref.sample_neighbors(g.indptr, g.indices, seeds, fanout, random_seed))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sample_native_equals_reference_edge_cases(native, device):
+    # Node 0 and 4 have no in-edges; node 3 has a multi-edge; node 5 is isolated.
+    g = Graph.from_edges(torch.tensor([1, 2, 2, 0, 4, 4, 1, 2]), torch.tensor([1, 1, 3, 3, 3, 3, 2, 2]), 6)
+    cases = [torch.tensor([0]), torch.tensor([5]), torch.tensor([3]), torch.tensor([0, 4, 5]), torch.tensor([3, 0, 1, 2])]
+    for seeds in cases:
+        for fanout in (-1, 1, 2, 10):
+            for random_seed in (0, 1, -1, 2**63 - 1):
+                indptr, indices, seeds_d = to(device, g.indptr, g.indices, seeds)
+                got = native.sample_neighbors(indptr, indices, seeds_d, fanout, random_seed)
+                assert_same(got, ref.sample_neighbors(g.indptr, g.indices, seeds, fanout, random_seed))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sample_native_equals_reference_high_degree(native, device):
+    gen = torch.Generator().manual_seed(3)
+    n = 3000
+    src = torch.randint(0, n, (60000,), generator=gen)
+    dst = torch.where(torch.rand(60000, generator=gen) < 0.5, torch.zeros(60000, dtype=torch.int64), torch.randint(0, n, (60000,), generator=gen))
+    g = Graph.from_edges(src, dst, n)
+    seeds = torch.randperm(n, generator=gen)[:500]
+    seeds[0] = 0  # a hub with ~30k in-neighbours
+    for fanout in (5, 25):
+        indptr, indices, seeds_d = to(device, g.indptr, g.indices, seeds)
+        got = native.sample_neighbors(indptr, indices, seeds_d, fanout, 12345)
+        assert_same(got, ref.sample_neighbors(g.indptr, g.indices, seeds, fanout, 12345))
+
+
+@pytest.mark.parametrize("fanout", FANOUTS)
+def test_sample_reference_contract(fanout):
+    for g, seeds, random_seed in random_cases(seed=fanout + 100, count=25):
+        block_indptr, block_indices, src_nodes = sample_neighbors(g.indptr, g.indices, seeds, fanout, random_seed)
+        deg = g.in_degrees()[seeds]
+        want = deg if fanout < 0 else deg.clamp(max=fanout)
+        assert torch.equal(block_indptr[1:] - block_indptr[:-1], want)
+        assert int(block_indptr[0]) == 0 and int(block_indptr[-1]) == block_indices.numel()
+        assert torch.equal(src_nodes[: seeds.numel()], seeds)
+        assert torch.unique(src_nodes).numel() == src_nodes.numel()
+        # New sources appear in first-appearance order over the edge list.
+        new_positions = block_indices[block_indices >= seeds.numel()]
+        firsts = [int(p) for i, p in enumerate(new_positions) if int(p) not in set(new_positions[:i].tolist())]
+        assert firsts == list(range(seeds.numel(), src_nodes.numel()))
+        for i, v in enumerate(seeds.tolist()):
+            picked = src_nodes[block_indices[block_indptr[i] : block_indptr[i + 1]]].tolist()
+            adjacency = g.indices[g.indptr[v] : g.indptr[v + 1]].tolist()
+            it = iter(adjacency)  # sampled in-neighbours are a subsequence of the adjacency list
+            assert all(any(a == p for a in it) for p in picked), (picked, adjacency)
+
+
+def test_sample_is_uniform_without_replacement():
+    # Node 0 has 10 distinct in-neighbours; with fanout 3 each is kept with probability 0.3.
+    g = Graph.from_edges(torch.arange(1, 11), torch.zeros(10, dtype=torch.int64), 11)
+    trials = 3000
+    hits = torch.zeros(11, dtype=torch.int64)
+    for r in range(trials):
+        _, block_indices, src_nodes = sample_neighbors(g.indptr, g.indices, torch.tensor([0]), 3, r * 7919 + 17)
+        picked = src_nodes[block_indices]
+        assert torch.unique(picked).numel() == 3
+        hits[picked] += 1
+    expected, sigma = 0.3 * trials, (trials * 0.3 * 0.7) ** 0.5
+    assert bool(((hits[1:] - expected).abs() < 5 * sigma).all()), hits
+
+
+def test_sample_depends_on_random_seed():
+    gen = torch.Generator().manual_seed(5)
+    g = random_graph(gen, 200, 4000)
+    seeds = torch.arange(50)
+    a = sample_neighbors(g.indptr, g.indices, seeds, 2, 1)
+    b = sample_neighbors(g.indptr, g.indices, seeds, 2, 2)
+    assert not torch.equal(a[1], b[1]) or not torch.equal(a[2], b[2])
+    assert all(torch.equal(x, y) for x, y in zip(a, sample_neighbors(g.indptr, g.indices, seeds, 2, 1)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_slice_layer_native_equals_reference(native, device):
+    gen = torch.Generator().manual_seed(9)
+    for g, seeds, random_seed in random_cases(seed=7, count=40):
+        indptr, indices, src_nodes = ref.sample_neighbors(g.indptr, g.indices, seeds, 3, random_seed)
+        k = int(torch.randint(1, seeds.numel() + 1, (1,), generator=gen))
+        dst = torch.randperm(seeds.numel(), generator=gen)[:k]
+        want = ref.slice_layer(indptr, indices, dst, src_nodes.numel())
+        assert_same(native.slice_layer(*to(device, indptr, indices, dst), src_nodes.numel()), want)
+        # The contract: each kept destination has exactly its parent edges, in order.
+        sub_indptr, sub_indices, src_positions = want
+        assert torch.equal(src_positions[:k], dst)
+        for i, d in enumerate(dst.tolist()):
+            assert torch.equal(src_positions[sub_indices[sub_indptr[i] : sub_indptr[i + 1]]], indices[indptr[d] : indptr[d + 1]])
+
+
+def test_sample_neighbors_rejects_bad_input():
+    g = Graph.from_edges(torch.tensor([1, 2]), torch.tensor([0, 0]), 3)
+    ip, ix = g.indptr, g.indices
+    with pytest.raises(ValueError, match="seeds must have dtype torch.int64"):
+        sample_neighbors(ip, ix, torch.tensor([0], dtype=torch.int32), 2, 0)
+    with pytest.raises(ValueError, match="seeds must be one-dimensional"):
+        sample_neighbors(ip, ix, torch.tensor([[0]]), 2, 0)
+    with pytest.raises(ValueError, match="seeds must be on device"):
+        sample_neighbors(ip, ix, torch.tensor([0], device="meta"), 2, 0)
+    with pytest.raises(ValueError, match=r"seeds must lie in \[0, 3\)"):
+        sample_neighbors(ip, ix, torch.tensor([3]), 2, 0)
+    with pytest.raises(ValueError, match="duplicates"):
+        sample_neighbors(ip, ix, torch.tensor([1, 1]), 2, 0)
+    with pytest.raises(ValueError, match="must not be empty"):
+        sample_neighbors(ip, ix, torch.tensor([], dtype=torch.int64), 2, 0)
+    with pytest.raises(ValueError, match="fanout must be positive or -1"):
+        sample_neighbors(ip, ix, torch.tensor([0]), 0, 0)
+    with pytest.raises(TypeError, match="fanout must be an int"):
+        sample_neighbors(ip, ix, torch.tensor([0]), 2.0, 0)
+    with pytest.raises(ValueError, match="random_seed must fit"):
+        sample_neighbors(ip, ix, torch.tensor([0]), 2, 2**63)
+    with pytest.raises(TypeError, match="seeds must be a torch.Tensor"):
+        sample_neighbors(ip, ix, [0], 2, 0)
+
+
+def test_slice_layer_rejects_bad_input():
+    indptr, indices = torch.tensor([0, 2, 3]), torch.tensor([2, 3, 0])
+    with pytest.raises(ValueError, match=r"dst_positions must lie in \[0, 2\)"):
+        slice_layer(indptr, indices, torch.tensor([2]), 4)
+    with pytest.raises(ValueError, match="duplicates"):
+        slice_layer(indptr, indices, torch.tensor([1, 1]), 4)
+    with pytest.raises(ValueError, match="num_parent_src must be >="):
+        slice_layer(indptr, indices, torch.tensor([1]), 1)
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 3\)"):
+        slice_layer(indptr, indices, torch.tensor([1]), 3)
+    with pytest.raises(ValueError, match="dst_positions must have dtype"):
+        slice_layer(indptr, indices, torch.tensor([1.0]), 4)
+    got = slice_layer(indptr, indices, torch.tensor([1, 0]), 4)
+    assert [t.tolist() for t in got] == [[0, 1, 3], [1, 2, 3], [1, 0, 2, 3]]
