@@ -1,0 +1,120 @@
+"""Estimate the peak device bytes of training one micro-batch, and calibrate it on the run.
+
+The estimate is ``fixed_bytes + scale * activation_bytes(shape)``:
+- ``fixed_bytes``: what lives for the whole step and does not depend on the micro-batch:
+  parameters, their gradients and accumulators, optimizer state, and (if staged) the input features
+  of the whole mini-batch. The caller states it (it knows the optimizer and the staging decision).
+- ``activation_bytes``: a linear function of the per-layer source/destination/edge counts, whose
+  coefficients come from the model's layer widths and aggregator (what forward keeps for backward,
+  plus the transient of the backward of the widest layer). It is exact in its *shape* (which counts
+  matter) and approximate in its constants.
+- ``scale``: calibrated from measured peaks. It starts at 1 and, after each measurement, becomes a
+  conservative (high) quantile of the recent measured/analytic ratios, so the planner errs on the
+  side of fitting. `error_history` keeps ``(estimated, measured)`` pairs so the estimator reports its
+  own error.
+
+Invariant: ``estimate_bytes`` is monotone in every count, so splitting a batch never raises the
+estimate of a part above the whole's.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from cherry.planning.shapes import BatchShape
+
+FLOAT_BYTES = 4
+INDEX_BYTES = 8
+_WINDOW = 16  # recent measurements used for the calibrated scale
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Floats kept per source node, per destination node and per edge of one layer."""
+
+    per_src: float
+    per_dst: float
+    per_edge: float
+
+
+def layer_costs(layer_dims, fused_aggregation: bool = True) -> tuple[LayerCost, ...]:
+    """Analytic per-count float costs of each layer (input layer first).
+
+    ``layer_dims`` are `cherry.models.LayerDims`. ``fused_aggregation`` says whether mean/sum/max
+    aggregation runs in the native O(destinations x features) kernel; the reference gathers an
+    [E, width] message tensor first.
+    """
+    costs = []
+    for d in layer_dims:
+        agg = d.aggregate_dim
+        per_src = float(d.in_dim) if d.index == 0 else 0.0  # layer input gathered for this micro-batch
+        per_edge = 2 * INDEX_BYTES / FLOAT_BYTES  # local CSC indices and destination ids
+        gather = 0.0 if fused_aggregation else float(agg)
+        out_path = (2 + (0 if d.is_last else 3)) * d.out_dim  # two maps, sum, ReLU, dropout mask
+        if d.model == "gat":
+            per_src += d.heads * (d.head_dim + 1)  # W h_src and a_l . W h_src
+            per_dst = d.heads + d.heads * d.head_dim * (1 if d.is_last else 4)
+            per_edge += 4 * d.heads + 2 * d.heads * d.head_dim  # logits, leaky, softmax, messages
+        elif d.aggr == "pool":
+            per_src += 2.0 * agg  # W_pool h_src and its ReLU
+            per_dst = 3.0 * agg + out_path  # max result + int64 arg-max
+            per_edge += gather
+        elif d.aggr == "lstm":
+            # neighbours gathered in order, then per step: 4 gates, c, h, tanh(c) kept for backward
+            per_dst = 2.0 * agg + out_path
+            per_edge += 12.0 * agg
+        else:  # sage mean, gcn, mlp: narrowing map before aggregation when it is cheaper
+            per_src += float(agg) if agg < d.in_dim else 0.0
+            per_dst = float(agg) + out_path
+            per_edge += gather
+        costs.append(LayerCost(per_src, per_dst, per_edge))
+    return tuple(costs)
+
+
+@dataclass
+class MemoryModel:
+    """Calibrated peak-bytes estimator for one model (mutable: it learns during the run)."""
+
+    costs: tuple[LayerCost, ...]
+    fixed_bytes: int = 0
+    scale: float = 1.0
+    error_history: list[tuple[int, int]] = field(default_factory=list)
+    _ratios: list[float] = field(default_factory=list)
+
+    @staticmethod
+    def for_model(spec, fixed_bytes: int = 0, fused_aggregation: bool = True) -> "MemoryModel":
+        """The analytic model of a `cherry.models.ModelSpec`, uncalibrated (scale 1)."""
+        return MemoryModel(costs=layer_costs(spec.layer_dims(), fused_aggregation), fixed_bytes=int(fixed_bytes))
+
+    def activation_bytes(self, shape: BatchShape) -> float:
+        if len(shape.layers) != len(self.costs):
+            raise ValueError(f"batch has {len(shape.layers)} layers, the model has {len(self.costs)}")
+        floats = sum(c.per_src * s.num_src + c.per_dst * s.num_dst + c.per_edge * s.num_edges
+                     for c, s in zip(self.costs, shape.layers))
+        return floats * FLOAT_BYTES
+
+    def estimate_bytes(self, shape: BatchShape) -> int:
+        return int(math.ceil(self.fixed_bytes + self.scale * self.activation_bytes(shape)))
+
+    def observe(self, shape: BatchShape, measured_peak_bytes: int) -> None:
+        """Record a measured peak for ``shape`` and recalibrate the scale."""
+        self.error_history.append((self.estimate_bytes(shape), int(measured_peak_bytes)))
+        act = self.activation_bytes(shape)
+        if act <= 0:
+            return
+        self._ratios.append(max(0.0, (measured_peak_bytes - self.fixed_bytes) / act))
+        recent = sorted(self._ratios[-_WINDOW:])
+        # a high quantile of recent ratios: conservative, yet one outlier does not stick forever
+        self.scale = max(recent[min(len(recent) - 1, int(0.9 * len(recent)))], 1e-3)
+
+    def observe_oom(self, shape: BatchShape, capacity_bytes: int) -> None:
+        """An out-of-memory at ``shape`` proves its true peak exceeds ``capacity_bytes``."""
+        act = self.activation_bytes(shape)
+        if act > 0:
+            needed = (capacity_bytes - self.fixed_bytes) / act
+            self.scale = max(self.scale * 1.25, needed * 1.1)
+            self._ratios.append(self.scale)
+
+    def relative_errors(self) -> list[float]:
+        """|estimated - measured| / measured of every observation, in order."""
+        return [abs(e - m) / m for e, m in self.error_history if m > 0]

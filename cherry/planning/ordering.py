@@ -1,0 +1,56 @@
+"""Seed orderings for locality, computed once per graph.
+
+A *rank* is an int64 tensor with ``rank[v]`` = position of node ``v`` in the ordering. Sorting a
+mini-batch's seeds by rank puts seeds that share neighbours next to each other, so the cheap
+contiguous split of `cherry.planning.split` yields micro-batches with few duplicated input nodes.
+
+- ``"metis"``: METIS parts of the symmetrised graph (pymetis), parts in order, nodes within a part by
+  id. About one part per ``nodes_per_part`` nodes: small parts are what contiguous chunks look like.
+- ``"none"``: identity (the seeds' own order).
+- ``"random"``: a seeded permutation (the ablation's control).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from cherry.data import Graph
+
+ORDERINGS = ("metis", "none", "random")
+
+
+def locality_rank(graph: Graph, method: str = "metis", nodes_per_part: int = 256, seed: int = 0) -> torch.Tensor:
+    """Return ``rank`` (int64, length ``num_nodes``), a permutation's inverse: see module docstring."""
+    if method not in ORDERINGS:
+        raise ValueError(f"ordering must be one of {ORDERINGS}, got {method!r}")
+    if nodes_per_part < 1:
+        raise ValueError(f"nodes_per_part must be >= 1, got {nodes_per_part}")
+    n = graph.num_nodes
+    if method == "none" or n == 0:
+        return torch.arange(n, dtype=torch.int64)
+    if method == "random":
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    else:
+        order = _metis_order(graph, max(1, n // nodes_per_part), seed)
+    rank = torch.empty(n, dtype=torch.int64)
+    rank[order] = torch.arange(n, dtype=torch.int64)
+    return rank
+
+
+def _metis_order(graph: Graph, num_parts: int, seed: int) -> torch.Tensor:
+    import pymetis
+    import scipy.sparse as sp
+
+    n = graph.num_nodes
+    if num_parts < 2:
+        return torch.arange(n, dtype=torch.int64)
+    indptr, indices = graph.indptr.numpy(), graph.indices.numpy()
+    adj = sp.csr_matrix((np.ones(indices.size, dtype=np.int8), indices, indptr), shape=(n, n))
+    sym = (adj + adj.T).tocsr()  # METIS needs a symmetric graph without self-loops
+    sym.setdiag(0)
+    sym.eliminate_zeros()
+    opts = pymetis.Options(seed=seed)
+    adjacency = pymetis.CSRAdjacency(sym.indptr.astype(np.int64), sym.indices.astype(np.int64))
+    _, membership = pymetis.part_graph(num_parts, adjacency=adjacency, options=opts)
+    parts = torch.as_tensor(np.asarray(membership, dtype=np.int64))
+    return torch.argsort(parts, stable=True)

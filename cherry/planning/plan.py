@@ -1,0 +1,117 @@
+"""`MicrobatchPlan`: the already-sampled mini-batch cut into K exact micro-batches that fit a budget.
+
+The plan never samples: every micro-batch is `slice_blocks` of the mini-batch's own blocks, so the
+K micro-batches together compute exactly the mini-batch (each seed once, with all its sampled
+in-edges at every layer).
+
+Choosing K (``num_microbatches=None``): start from the whole batch's estimate over the budget, split,
+slice, estimate each part; while the largest part's estimate exceeds ``budget * (1 - safety)``, grow
+K in proportion to the overshoot. A budget that one seed alone cannot meet raises
+`BudgetTooSmallError` before any compute.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from cherry.planning.memory_model import MemoryModel
+from cherry.planning.shapes import BatchShape
+from cherry.planning.split import seed_costs, split_seeds
+from cherry.sampling import Blocks, slice_blocks
+
+
+class BudgetTooSmallError(ValueError):
+    """The memory budget cannot hold the micro-batch of a single seed."""
+
+
+@dataclass(frozen=True)
+class MicrobatchPlan:
+    """K micro-batches of one mini-batch (seed positions, their exact blocks, estimated peaks)."""
+
+    seed_groups: tuple[torch.Tensor, ...]
+    microbatches: tuple[Blocks, ...]
+    estimated_bytes: tuple[int, ...]
+    budget_bytes: Optional[int]
+    redundancy: tuple[float, ...]  # per layer, input layer first: sum of parts' sources / whole's
+
+    @property
+    def num_microbatches(self) -> int:
+        return len(self.microbatches)
+
+    @property
+    def max_estimated_bytes(self) -> int:
+        return max(self.estimated_bytes)
+
+
+def plan_microbatches(
+    blocks: Blocks,
+    memory_model: MemoryModel,
+    budget_bytes: Optional[int] = None,
+    num_microbatches: Optional[int] = None,
+    seed_rank: Optional[torch.Tensor] = None,
+    balance: str = "memory",
+    safety: float = 0.1,
+    positions: Optional[torch.Tensor] = None,
+) -> MicrobatchPlan:
+    """Plan the micro-batches of ``blocks`` (or of the seeds at ``positions`` only, when re-planning).
+
+    Either ``num_microbatches`` is given (a fixed K, the budget only reported) or ``budget_bytes``
+    is, and K is the smallest found whose largest micro-batch is estimated to fit with ``safety``.
+    """
+    if num_microbatches is None and budget_bytes is None:
+        raise ValueError("give num_microbatches or budget_bytes (neither was set)")
+    if budget_bytes is not None and budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    if not 0 <= safety < 1:
+        raise ValueError(f"safety must be in [0, 1), got {safety}")
+    if positions is None:
+        positions = torch.arange(blocks.num_seeds, dtype=torch.int64)
+    n = positions.numel()
+    if n == 0:
+        raise ValueError("cannot plan an empty set of seeds")
+    if num_microbatches is not None and not 1 <= num_microbatches <= n:
+        raise ValueError(f"number of micro-batches must be in [1, {n}] for {n} seeds, got {num_microbatches}")
+    costs = seed_costs(blocks, memory_model)
+    seeds = blocks.seeds
+
+    def build(k: int):
+        groups = split_seeds(positions, costs, k, seed_rank, seeds, balance)
+        if k == 1 and n == blocks.num_seeds and torch.equal(groups[0], torch.arange(n)):
+            parts = (blocks,)  # the whole batch in its own order: no slicing needed
+        else:
+            parts = tuple(slice_blocks(blocks, g) for g in groups)
+        return groups, parts, tuple(memory_model.estimate_bytes(BatchShape.of(p)) for p in parts)
+
+    if num_microbatches is not None:
+        groups, parts, est = build(num_microbatches)
+    else:
+        limit = budget_bytes * (1 - safety)
+        fixed = memory_model.fixed_bytes
+        if fixed >= limit:
+            raise BudgetTooSmallError(
+                f"budget {budget_bytes} B leaves nothing for activations: parameters, optimizer state "
+                f"and staged features alone need {fixed} B"
+            )
+        k = 1
+        while True:
+            groups, parts, est = build(k)
+            worst = max(est)
+            if worst <= limit:
+                break
+            if k == n:
+                raise BudgetTooSmallError(
+                    f"budget {budget_bytes} B is too small for one seed: a single-seed micro-batch "
+                    f"is estimated at {worst} B"
+                )
+            growth = (worst - fixed) / max(limit - fixed, 1.0)
+            k = min(n, max(k + 1, math.ceil(k * growth)))
+    whole = BatchShape.of(blocks) if n == blocks.num_seeds else BatchShape.of(slice_blocks(blocks, positions))
+    shapes = [BatchShape.of(p) for p in parts]
+    redundancy = tuple(
+        sum(s.layers[l].num_src for s in shapes) / max(whole.layers[l].num_src, 1)
+        for l in range(len(whole.layers))
+    )
+    return MicrobatchPlan(groups, parts, est, budget_bytes, redundancy)
