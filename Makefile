@@ -25,7 +25,7 @@ run: install
 test: install
 	$(PY) -m pytest -q
 
-gpu-check: install
+gpu-check:
 	bash workflow/scripts/gpu_check.sh
 
 lint: install

@@ -1,0 +1,255 @@
+"""Run one mini-batch as K micro-batches with exactly the mini-batch's gradient.
+
+Per step: plan (split + slice, `cherry.planning`), stage the input features of the whole batch once
+(when the budget allows), then for each micro-batch ``k``: forward, ``loss_k = sum CE / B`` (B = seeds
+of the whole mini-batch), gradients by ``torch.autograd.grad`` added into accumulators, and after the
+last one a single optimizer step. Micro-batch ``k + 1`` is prepared (feature rows indexed, moved to
+the device on a side stream) by a background thread while ``k`` computes.
+
+Exactly-once gradients: a micro-batch's gradients are added to the accumulators only after its
+backward has completed, so an out-of-memory anywhere inside it leaves the accumulators as they were.
+Recovery then re-plans the seeds not yet done with a recalibrated (larger) estimate, hence a larger K,
+and continues the same step: no seed lost, none counted twice.
+"""
+from __future__ import annotations
+
+import gc
+from contextlib import nullcontext
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from cherry.execution.probe import DeviceMemoryLike, NullProbe, Probe
+from cherry.planning import BatchShape, MemoryModel, MicrobatchPlan, plan_microbatches
+from cherry.sampling import Blocks
+
+
+class MicrobatchOutOfMemoryError(torch.OutOfMemoryError):
+    """A micro-batch did not fit and could not be recovered (fixed K, or a single seed)."""
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """How a step is executed. ``num_microbatches=None`` means: choose K from ``budget_bytes``."""
+
+    num_microbatches: Optional[int] = None
+    budget_bytes: Optional[int] = None
+    stage_features: bool = True
+    pipeline: bool = True
+    balance: str = "memory"
+    safety: float = 0.1
+    recover_oom: bool = True
+    max_oom_recoveries: int = 8
+
+    def __post_init__(self) -> None:
+        if self.num_microbatches is None and self.budget_bytes is None:
+            raise ValueError("set num_microbatches (a fixed K) or budget_bytes (automatic K)")
+        if self.num_microbatches is not None and self.num_microbatches < 1:
+            raise ValueError(f"num_microbatches must be >= 1, got {self.num_microbatches}")
+        if self.budget_bytes is not None and self.budget_bytes <= 0:
+            raise ValueError(f"budget_bytes must be positive, got {self.budget_bytes}")
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What one optimizer step did."""
+
+    loss: float
+    num_correct: int
+    num_seeds: int
+    num_microbatches: int
+    num_oom_recoveries: int
+    staged_features: bool
+    estimated_peak_bytes: int
+    measured_peak_bytes: Optional[int]
+    redundancy: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    blocks: Blocks
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+class MicrobatchExecutor:
+    """Gradient-accumulating executor for one model and optimizer (see module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, memory_model: MemoryModel,
+                 options: ExecutorOptions, device: torch.device | str = "cpu",
+                 seed_rank: Optional[torch.Tensor] = None, memory: Optional[DeviceMemoryLike] = None,
+                 probe: Optional[Probe] = None) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.memory_model = memory_model
+        self.options = options
+        self.device = torch.device(device)
+        self.seed_rank = seed_rank
+        self.memory = memory
+        self.probe = probe or NullProbe()
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self._accumulators = [torch.zeros_like(p) for p in self.params]
+        self._base_fixed_bytes = memory_model.fixed_bytes
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cherry-prepare")
+        self._side_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+
+    # -- planning -------------------------------------------------------------------------------
+    def _stage_decision(self, blocks: Blocks, feature_dim: int, itemsize: int) -> bool:
+        if not self.options.stage_features:
+            return False
+        staged = blocks.layers[0].num_src * feature_dim * itemsize
+        budget = self.options.budget_bytes
+        # staging pays when it leaves most of the budget to activations
+        return budget is None or self._base_fixed_bytes + staged <= budget // 2
+
+    def plan(self, blocks: Blocks, positions: Optional[torch.Tensor] = None,
+             num_microbatches: Optional[int] = None) -> MicrobatchPlan:
+        return plan_microbatches(
+            blocks, self.memory_model, budget_bytes=self.options.budget_bytes,
+            num_microbatches=num_microbatches, seed_rank=self.seed_rank,
+            balance=self.options.balance, safety=self.options.safety, positions=positions,
+        )
+
+    # -- preparation (runs on the background thread when pipelining) -----------------------------
+    def _prepare(self, mb: Blocks, group: torch.Tensor, staged: Optional[torch.Tensor],
+                 features: torch.Tensor, labels_of_seeds: torch.Tensor) -> _Prepared:
+        stream = self._side_stream
+        ctx = torch.cuda.stream(stream) if stream is not None else nullcontext()
+        with ctx:
+            non_blocking = stream is not None
+            blocks = mb.to(self.device, non_blocking=non_blocking)
+            if staged is not None:
+                positions = mb.input_positions if mb.input_positions is not None else None
+                x = staged if positions is None else staged.index_select(0, positions.to(self.device))
+            else:
+                rows = features.index_select(0, mb.input_nodes)
+                x = rows.pin_memory().to(self.device, non_blocking=True) if non_blocking else rows.to(self.device)
+            y = labels_of_seeds.index_select(0, group).to(self.device, non_blocking=non_blocking)
+        if stream is not None:
+            event = stream.record_event()
+            event.synchronize()
+        return _Prepared(blocks, x, y)
+
+    # -- the step ---------------------------------------------------------------------------------
+    def step(self, blocks: Blocks, features: torch.Tensor, labels: torch.Tensor) -> StepStats:
+        """One optimizer step on the mini-batch ``blocks`` (features/labels indexed by global id)."""
+        stats = self.accumulate(blocks, features, labels)
+        with self.probe.phase("optimizer"):
+            for p, acc in zip(self.params, self._accumulators):
+                p.grad = acc
+            self.optimizer.step()
+            for p in self.params:
+                p.grad = None
+        return stats
+
+    def gradients(self) -> list[torch.Tensor]:
+        """The gradients accumulated by the last `accumulate` (one per trainable parameter)."""
+        return list(self._accumulators)
+
+    def accumulate(self, blocks: Blocks, features: torch.Tensor, labels: torch.Tensor) -> StepStats:
+        """Accumulate the whole mini-batch's gradient over its micro-batches (no optimizer step)."""
+        num_seeds = blocks.num_seeds
+        labels_of_seeds = labels.index_select(0, blocks.seeds.to(labels.device))
+        with self.probe.phase("gather"):
+            stage = self._stage_decision(blocks, features.shape[1], features.element_size())
+            staged = None
+            staged_bytes = 0
+            if stage:
+                rows = features.index_select(0, blocks.input_nodes)
+                staged = rows.to(self.device)
+                staged_bytes = staged.numel() * staged.element_size()
+            self.memory_model.fixed_bytes = self._base_fixed_bytes + staged_bytes
+        with self.probe.phase("plan"):
+            plan = self.plan(blocks, num_microbatches=self.options.num_microbatches)
+        groups, parts = list(plan.seed_groups), list(plan.microbatches)
+        estimates = list(plan.estimated_bytes)
+        total_loss = torch.zeros((), dtype=torch.float64)
+        num_correct = 0
+        recoveries = 0
+        measured_peak: Optional[int] = None
+        for acc in self._accumulators:
+            acc.zero_()
+        k = 0
+        future = None
+        prepared = None
+        while k < len(parts):
+            shape = BatchShape.of(parts[k])
+            try:
+                if self.memory is not None:
+                    self.memory.reset_peak()
+                with self.probe.phase("gather"):
+                    if future is None:
+                        prepared = self._prepare(parts[k], groups[k], staged, features, labels_of_seeds)
+                    else:
+                        prepared = future.result()
+                    self._account(prepared)
+                future = None
+                if self.options.pipeline and k + 1 < len(parts):
+                    future = self._pool.submit(self._prepare, parts[k + 1], groups[k + 1], staged, features,
+                                               labels_of_seeds)
+                with self.probe.phase("forward_backward"):
+                    logits = self.model(prepared.blocks, prepared.x)
+                    loss = F.cross_entropy(logits, prepared.y, reduction="sum") / num_seeds
+                    grads = torch.autograd.grad(loss, self.params, allow_unused=True)
+            except torch.OutOfMemoryError as exc:
+                if future is not None:
+                    future.cancel() or future.exception()
+                    future = None
+                prepared = None
+                self._free()
+                capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
+                if (not self.options.recover_oom or self.options.budget_bytes is None
+                        or recoveries >= self.options.max_oom_recoveries or groups[k].numel() == 1):
+                    raise MicrobatchOutOfMemoryError(
+                        f"micro-batch {k + 1}/{len(parts)} ({groups[k].numel()} seeds, estimated "
+                        f"{estimates[k]} B) ran out of device memory: {exc}"
+                    ) from exc
+                recoveries += 1
+                if capacity is not None:
+                    self.memory_model.observe_oom(shape, capacity)
+                remaining = torch.cat(groups[k:])
+                with self.probe.phase("plan"):
+                    replan = self.plan(blocks, positions=remaining)
+                if replan.num_microbatches <= len(parts) - k:  # the recalibration must make it finer
+                    replan = self.plan(blocks, positions=remaining,
+                                       num_microbatches=min(remaining.numel(), 2 * (len(parts) - k)))
+                groups[k:], parts[k:] = list(replan.seed_groups), list(replan.microbatches)
+                estimates[k:] = list(replan.estimated_bytes)
+                continue
+            with torch.no_grad():
+                for acc, g in zip(self._accumulators, grads):
+                    if g is not None:
+                        acc.add_(g)
+                total_loss += loss.detach().to(torch.float64).cpu()
+                num_correct += int((logits.argmax(1) == prepared.y).sum())
+            del logits, loss, grads
+            if self.memory is not None:
+                peak = int(self.memory.peak_bytes())
+                measured_peak = peak if measured_peak is None else max(measured_peak, peak)
+                self.memory_model.observe(shape, peak)
+            k += 1
+        return StepStats(
+            loss=float(total_loss), num_correct=num_correct, num_seeds=num_seeds,
+            num_microbatches=len(parts), num_oom_recoveries=recoveries, staged_features=stage,
+            estimated_peak_bytes=max(estimates), measured_peak_bytes=measured_peak,
+            redundancy=plan.redundancy,
+        )
+
+    def _account(self, prepared: _Prepared) -> None:
+        """Count a micro-batch's device tensors: those made on the preparation (or sampling) thread
+        escape a thread-local tracker. Registering is idempotent per storage."""
+        register = getattr(self.memory, "register_external", None)
+        if register is not None and self.device.type == "cpu":
+            b = prepared.blocks
+            register([prepared.x, prepared.y] + [t for blk in b.layers for t in (blk.src_nodes, blk.indptr, blk.indices)])
+
+    def _free(self) -> None:
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)

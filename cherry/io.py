@@ -1,0 +1,58 @@
+"""Atomic file writes and a tensor cache: a killed process never leaves a half-written file."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n").encode())
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def cached_tensor(path: str | os.PathLike, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """Load the tensor at ``path``, or compute and store it atomically. A corrupt file is recomputed."""
+    path = Path(path)
+    if path.exists():
+        try:
+            return torch.load(path, weights_only=True)
+        except Exception:
+            path.unlink(missing_ok=True)
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(value, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return value

@@ -1,0 +1,107 @@
+"""The central claim: K micro-batches give the mini-batch's gradient; OOM recovery keeps it exact."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cherry.execution import ExecutorOptions, MicrobatchExecutor, MicrobatchOutOfMemoryError
+from cherry.models import ModelSpec, build_model
+from cherry.models.base import BlockModel
+from cherry.planning import BatchShape, MemoryModel, locality_rank
+from cherry.sampling import NeighborSampler
+from tests.unit.graphs import random_dataset
+
+MODELS = [("sage", "mean"), ("sage", "pool"), ("sage", "lstm"), ("gcn", None), ("gat", None)]
+
+
+@pytest.fixture(scope="module")
+def data():
+    ds = random_dataset(num_nodes=500, avg_degree=8)
+    blocks = NeighborSampler(ds.graph, [4, 6]).sample(ds.train_idx[:64], torch.Generator().manual_seed(3))
+    return ds, blocks
+
+
+def _gradients(ds, blocks, model_name, aggr, k, rank=None, memory=None, budget=None, mm_scale=1.0):
+    torch.manual_seed(0)
+    spec = ModelSpec(model_name, ds.feature_dim, 8, ds.num_classes, 2, aggr=aggr, heads=2)
+    model = build_model(spec).double()
+    mm = MemoryModel.for_model(spec)
+    mm.scale = mm_scale
+    options = ExecutorOptions(num_microbatches=k, budget_bytes=budget)
+    ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.1), mm, options, seed_rank=rank,
+                            memory=memory)
+    stats = ex.accumulate(blocks, ds.features.double(), ds.labels)
+    ex.close()
+    return [g.clone() for g in ex.gradients()], stats
+
+
+def _assert_close(ref, got, rtol=1e-4):
+    for a, b in zip(ref, got):
+        scale = a.abs().max().clamp(min=1e-12)
+        assert float((a - b).abs().max() / scale) < rtol
+
+
+@pytest.mark.parametrize("model_name,aggr", MODELS)
+def test_accumulated_gradients_equal_full_batch(data, model_name, aggr):
+    ds, blocks = data
+    ref, ref_stats = _gradients(ds, blocks, model_name, aggr, 1)
+    assert ref_stats.num_microbatches == 1
+    rank = locality_rank(ds.graph, "metis", nodes_per_part=32)
+    for k in (2, 3, 4, 8):
+        got, stats = _gradients(ds, blocks, model_name, aggr, k, rank=rank)
+        assert stats.num_microbatches == k
+        assert stats.loss == pytest.approx(ref_stats.loss, rel=1e-9)
+        assert stats.num_correct == ref_stats.num_correct
+        _assert_close(ref, got)
+
+
+class _CapacityOnly:
+    """A device that states a capacity and measures nothing (the OOM is injected in the model)."""
+
+    def __init__(self, capacity_bytes):
+        self.capacity_bytes = capacity_bytes
+        self.peak = 0
+
+    def reset_peak(self):
+        self.peak = 0
+
+    def peak_bytes(self):
+        return self.capacity_bytes // 4
+
+
+def test_oom_recovery_keeps_the_gradient(data, monkeypatch):
+    ds, blocks = data
+    ref, _ = _gradients(ds, blocks, "sage", "mean", 1)
+    spec = ModelSpec("sage", ds.feature_dim, 8, ds.num_classes, 2, aggr="mean")
+    budget = MemoryModel.for_model(spec).estimate_bytes(BatchShape.of(blocks)) // 2
+    calls = {"n": 0}
+    original = BlockModel.forward
+
+    def failing_forward(self, b, x):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second micro-batch fails mid-step, after the first was accumulated
+            raise torch.OutOfMemoryError("emulated: out of memory")
+        return original(self, b, x)
+
+    monkeypatch.setattr(BlockModel, "forward", failing_forward)
+    got, stats = _gradients(ds, blocks, "sage", "mean", None, memory=_CapacityOnly(budget), budget=budget)
+    assert stats.num_oom_recoveries == 1
+    _assert_close(ref, got)
+
+
+def test_fixed_k_oom_is_reported(data, monkeypatch):
+    ds, blocks = data
+
+    def oom(self, b, x):
+        raise torch.OutOfMemoryError("emulated")
+
+    monkeypatch.setattr(BlockModel, "forward", oom)
+    with pytest.raises(MicrobatchOutOfMemoryError, match="ran out of device memory"):
+        _gradients(ds, blocks, "sage", "mean", 1)
+
+
+def test_options_validate():
+    with pytest.raises(ValueError, match="num_microbatches"):
+        ExecutorOptions()
+    with pytest.raises(ValueError, match="num_microbatches must be >= 1"):
+        ExecutorOptions(num_microbatches=0)
