@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         try:
             module = importlib.import_module(f"cherry.bench.benchmarks.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"cherry.bench.benchmarks.{name}":
+            if exc.name in ("cherry.bench.benchmarks", f"cherry.bench.benchmarks.{name}"):
                 continue  # benchmark not present in this checkout
             raise
         module.register(inner)

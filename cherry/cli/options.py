@@ -82,7 +82,7 @@ def add_memory_options(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_budget(args: argparse.Namespace) -> int | None:
-    """The budget: ``--budget``, else the capacity minus a reserve (10%, at least 16 MiB)."""
+    """The budget: ``--budget``, else the capacity minus a 10% reserve (allocator slack, fragmentation)."""
     if args.budget is not None:
         if args.device_memory is not None and args.budget > args.device_memory:
             raise ValueError(f"--budget {args.budget} B exceeds --device-memory {args.device_memory} B")
@@ -94,7 +94,4 @@ def resolve_budget(args: argparse.Namespace) -> int | None:
         capacity = torch.cuda.get_device_properties(0).total_memory
     if capacity is None:
         return None
-    reserve = max(capacity // 10, 16 << 20)
-    if capacity <= reserve:
-        raise ValueError(f"--device-memory {capacity} B is too small: the reserve alone is {reserve} B")
-    return capacity - reserve
+    return capacity - capacity // 10

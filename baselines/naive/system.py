@@ -1,0 +1,47 @@
+"""`NaiveSystem`: what a user does by hand to fit a large batch: K smaller batches, one step.
+
+The seeds are permuted with the step's generator and cut into K near-equal groups; each group is
+sampled independently (its own neighbour draws), its loss weighted ``|B_k| / |B|`` (``sum CE / |B|``)
+and gradients accumulated before one optimizer step. Not equivalent to the logical batch: the groups
+draw different neighbours than one sampling of the whole batch would, and nodes reached from several
+groups are sampled and computed once per group. Redundancy is reported per layer as the groups' summed
+sources over the distinct nodes among them.
+"""
+from __future__ import annotations
+
+import torch
+
+from baselines.common import AccumulatingSystem, fixed_num_microbatches
+from cherry.bench.system import StepOutcome
+
+
+class NaiveSystem(AccumulatingSystem):
+    """Random seed groups, each sampled on its own."""
+
+    name = "naive"
+
+    def __init__(self, dataset, config, device, memory, probe) -> None:
+        self.num_microbatches = fixed_num_microbatches(config, self.name)
+        super().__init__(dataset, config, device, memory, probe)
+
+    def _accumulate(self, seeds: torch.Tensor, generator: torch.Generator) -> StepOutcome:
+        total = int(seeds.numel())
+        with self.probe.phase("plan"):
+            perm = torch.randperm(total, generator=generator, device=generator.device).to(seeds.device)
+            groups = torch.tensor_split(seeds[perm], min(self.num_microbatches, total))
+        num_nodes = self.dataset.graph.num_nodes
+        num_layers = self.config.num_layers
+        reached = [torch.zeros(num_nodes, dtype=torch.bool) for _ in range(num_layers)]
+
+        def microbatches():
+            for group in groups:
+                with self.probe.phase("sample"):
+                    blocks = self.sampler.sample(group, generator)
+                for l, b in enumerate(blocks.layers):
+                    reached[l][b.src_nodes] = True
+                yield blocks
+
+        shapes = self.run_all(microbatches(), total)
+        redundancy = tuple(sum(s.num_src[l] for s in shapes) / max(int(reached[l].sum()), 1)
+                           for l in range(num_layers))
+        return StepOutcome(loss=self.loss_so_far(), num_microbatches=len(shapes), redundancy=redundancy)
