@@ -1,4 +1,20 @@
-"""Dataset layer: CSC graphs, OGB loaders, generated OGB-format datasets, checksummed cache."""
-from cherry.data.graph import Dataset, Graph
+"""Dataset layer: CSC graphs, OGB loaders, generated OGB-format datasets, checksummed cache.
 
-__all__ = ["Dataset", "Graph"]
+``load_dataset(name)`` returns a `Dataset` for any name in `DATASET_NAMES`, preparing it on first
+use (generated names are written in OGB's layout and read back through OGB's loader; real OGB names
+are read from files the user places under ``<root>/<ogbn_name>``). See `cherry.data.datasets`.
+"""
+from cherry.data.datasets import dataset_dir, dataset_info, load_dataset, prepare_dataset
+from cherry.data.graph import Dataset, Graph
+from cherry.data.registry import DATASET_NAMES, default_root
+
+__all__ = [
+    "DATASET_NAMES",
+    "Dataset",
+    "Graph",
+    "dataset_dir",
+    "dataset_info",
+    "default_root",
+    "load_dataset",
+    "prepare_dataset",
+]

@@ -1,0 +1,73 @@
+"""``cherry data``: prepare a dataset (generate or convert once into the cache) and describe it.
+
+``cherry data prepare NAME [--root DIR] [--scale X] [--force]`` prints progress lines on stderr and
+the cache directory on stdout. ``cherry data info NAME [--root DIR] [--scale X]`` prints a JSON
+summary on stdout (preparing the dataset first if needed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from cherry.data import DATASET_NAMES, dataset_info, prepare_dataset
+
+_MIN_INTERVAL_S = 1.0  # between two progress lines of the same stage
+
+
+class _ProgressLines:
+    """Prints '[  12.3s] stage  45%' on stderr: at each new stage, at its end, and at most once a second."""
+
+    def __init__(self, stream=None):
+        self.stream = stream  # None: sys.stderr as it is at print time
+        self.start_s = time.perf_counter()
+        self.stage = None
+        self.last_print_s = 0.0
+
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.start_s
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        now_s = self.elapsed_s()
+        if stage == self.stage and fraction < 1.0 and now_s - self.last_print_s < _MIN_INTERVAL_S:
+            return
+        self.stage, self.last_print_s = stage, now_s
+        print(f"[{now_s:7.1f}s] {stage} {fraction:4.0%}", file=self.stream or sys.stderr, flush=True)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    progress = _ProgressLines()
+    cache_dir = prepare_dataset(args.name, root=args.root, scale=args.scale, force=args.force,
+                                progress=progress)
+    print(f"[{progress.elapsed_s():7.1f}s] {args.name} ready", file=sys.stderr, flush=True)
+    print(cache_dir)
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    info = dataset_info(args.name, root=args.root, scale=args.scale)
+    print(json.dumps(info, indent=2, sort_keys=True))
+    return 0
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", metavar="NAME", help="one of: " + ", ".join(DATASET_NAMES))
+    parser.add_argument("--root", default=None,
+                        help="datasets directory (default: $CHERRY_DATA, else <repository>/data)")
+    parser.add_argument("--scale", type=float, default=None,
+                        help="generated datasets only: size relative to the real graph, in (0, 1] "
+                             "(synth-products defaults to 0.1)")
+
+
+def register(subparsers) -> None:
+    """Add ``cherry data {prepare,info}``."""
+    parser = subparsers.add_parser("data", help="prepare and describe datasets")
+    verbs = parser.add_subparsers(dest="data_command", required=True)
+    prepare = verbs.add_parser("prepare", help="generate or convert a dataset into the checksummed cache")
+    _add_common(prepare)
+    prepare.add_argument("--force", action="store_true", help="rebuild even if a current cache exists")
+    prepare.set_defaults(func=_prepare)
+    info = verbs.add_parser("info", help="print a JSON summary of a dataset")
+    _add_common(info)
+    info.set_defaults(func=_info)
