@@ -177,6 +177,7 @@ class MicrobatchExecutor:
         prepared = None
         while k < len(parts):
             shape = BatchShape.of(parts[k])
+            oom_message = None
             try:
                 if self.memory is not None:
                     self.memory.reset_peak()
@@ -195,27 +196,29 @@ class MicrobatchExecutor:
                     loss = F.cross_entropy(logits, prepared.y, reduction="sum") / num_seeds
                     grads = torch.autograd.grad(loss, self.params, allow_unused=True)
             except torch.OutOfMemoryError as exc:
+                # Handle it after leaving this block: the traceback pins the failed micro-batch's tensors.
+                oom_message = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
+            if oom_message is not None:
                 if future is not None:
                     future.cancel() or future.exception()
                     future = None
                 prepared = None
                 self._free()
-                capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
                 if (not self.options.recover_oom or self.options.budget_bytes is None
                         or recoveries >= self.options.max_oom_recoveries or groups[k].numel() == 1):
                     raise MicrobatchOutOfMemoryError(
                         f"micro-batch {k + 1}/{len(parts)} ({groups[k].numel()} seeds, estimated "
-                        f"{estimates[k]} B) ran out of device memory: {exc}"
-                    ) from exc
+                        f"{estimates[k]} B) ran out of device memory: {oom_message}"
+                    )
                 recoveries += 1
-                if capacity is not None:
-                    self.memory_model.observe_oom(shape, capacity)
+                capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
+                self.memory_model.observe_oom(shape, capacity)
                 remaining = torch.cat(groups[k:])
                 with self.probe.phase("plan"):
                     replan = self.plan(blocks, positions=remaining)
-                if replan.num_microbatches <= len(parts) - k:  # the recalibration must make it finer
-                    replan = self.plan(blocks, positions=remaining,
-                                       num_microbatches=min(remaining.numel(), 2 * (len(parts) - k)))
+                    if replan.num_microbatches <= len(parts) - k:  # recalibration must make it finer
+                        replan = self.plan(blocks, positions=remaining,
+                                           num_microbatches=min(remaining.numel(), 2 * (len(parts) - k)))
                 groups[k:], parts[k:] = list(replan.seed_groups), list(replan.microbatches)
                 estimates[k:] = list(replan.estimated_bytes)
                 continue

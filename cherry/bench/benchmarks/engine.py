@@ -1,0 +1,133 @@
+"""`cherry bench engine`: what micro-batching costs Cherry, measured side by side in one run.
+
+For each aggregator, the same pre-sampled mini-batches are trained at K = 1 and at each K asked for
+(fixed K, everything else equal: staging, pipelining, METIS ordering, native ops), under the CPU
+tensor tracker (or the CUDA allocator). Printed per K: median step time and its ratio to K = 1,
+planning + slicing as a share of the step, input-layer redundancy of Cherry's split against a random
+split of the same batch, and the memory model's median relative error against the measured peak
+(after its first, uncalibrated, observation).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+from cherry.cli.options import fanout_list, positive_int
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("engine", help="step time vs K, planning share, redundancy, estimator error")
+    p.add_argument("--dataset", default="synth-arxiv")
+    p.add_argument("--root", default=None)
+    p.add_argument("--aggrs", default="mean,lstm", help="comma-separated GraphSAGE aggregators")
+    p.add_argument("--ks", default="2,4,8", help="comma-separated K values compared with K=1")
+    p.add_argument("--hidden", type=positive_int, default=128)
+    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
+    p.add_argument("--batch-size", type=positive_int, default=1024)
+    p.add_argument("--steps", type=positive_int, default=4, help="measured steps per K")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, metavar="OUT")
+    p.set_defaults(func=run)
+
+
+def _parse_list(text: str, name: str, cast):
+    try:
+        values = [cast(v) for v in text.split(",") if v]
+    except ValueError:
+        raise ValueError(f"--{name} must be a comma-separated list, got {text!r}") from None
+    if not values:
+        raise ValueError(f"--{name} must not be empty")
+    return values
+
+
+def measure_k(dataset, spec, batches, k, rank, device, warmup):
+    """Median step seconds, plan share and estimator error of training at K micro-batches."""
+    from cherry.bench.measure import TimingProbe
+    from cherry.execution import ExecutorOptions, MicrobatchExecutor
+    from cherry.memory import DeviceMemory
+    from cherry.models import build_model
+    from cherry.ops import extension_available
+    from cherry.planning import MemoryModel
+
+    probe = TimingProbe(device)
+    with DeviceMemory(device, None) as memory:
+        torch.manual_seed(0)
+        model = build_model(spec).to(device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        mm = MemoryModel.for_model(spec, fixed_bytes=5 * param_bytes, fused_aggregation=extension_available())
+        ex = MicrobatchExecutor(model, optimizer, mm, ExecutorOptions(num_microbatches=k), device,
+                                seed_rank=rank, memory=memory, probe=probe)
+        for blocks in batches:
+            probe.start_step()
+            ex.step(blocks, dataset.features, dataset.labels)
+            probe.end_step()
+        ex.close()
+    totals = probe.step_times_s()[warmup:]
+    plan = probe.phase_times_s("plan")[warmup:]
+    errors = mm.relative_errors()[1:]
+    return {
+        "step_s": statistics.median(totals),
+        "plan_share": statistics.median(p / t for p, t in zip(plan, totals)),
+        "estimator_median_rel_error": statistics.median(errors) if errors else None,
+    }
+
+
+def split_redundancy(blocks, spec, k, rank, balance="memory"):
+    """Input-layer redundancy of splitting ``blocks`` into ``k`` contiguous groups in ``rank`` order."""
+    from cherry.planning import MemoryModel, plan_microbatches
+
+    return plan_microbatches(blocks, MemoryModel.for_model(spec), num_microbatches=k, seed_rank=rank,
+                             balance=balance).redundancy[0]
+
+
+def run(args: argparse.Namespace) -> int:
+    from cherry.data import load_dataset
+    from cherry.io import write_json_atomic
+    from cherry.models import ModelSpec
+    from cherry.sampling import NeighborSampler
+    from cherry.session import seed_rank_for
+
+    aggrs = _parse_list(args.aggrs, "aggrs", str)
+    ks = _parse_list(args.ks, "ks", int)
+    if any(k < 1 for k in ks):
+        raise ValueError(f"--ks must be positive integers, got {args.ks!r}")
+    if args.warmup < 0 or args.warmup >= args.steps + args.warmup:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    dataset = load_dataset(args.dataset, args.root)
+    rank = seed_rank_for(dataset, "metis", 0)
+    random_rank = torch.randperm(dataset.graph.num_nodes, generator=torch.Generator().manual_seed(args.seed))
+    gen = torch.Generator().manual_seed(args.seed)
+    order = dataset.train_idx[torch.randperm(dataset.train_idx.numel(), generator=gen)]
+    sampler = NeighborSampler(dataset.graph, list(args.fanouts))
+    batches = [sampler.sample(order[i * args.batch_size:(i + 1) * args.batch_size], gen)
+               for i in range(args.warmup + args.steps)]
+    rows = []
+    print(f"cherry bench engine: {args.dataset}, batch {args.batch_size}, fanouts {args.fanouts}, "
+          f"hidden {args.hidden}, {args.steps} measured steps (+{args.warmup} warm-up), device {args.device}")
+    header = (f"{'aggr':<6} {'K':>3} {'step_s':>8} {'vs K=1':>7} {'plan+slice':>10} "
+              f"{'redund.':>8} {'random':>8} {'est.err':>8}")
+    print(header)
+    for aggr in aggrs:
+        spec = ModelSpec("sage", dataset.feature_dim, args.hidden, dataset.num_classes, len(args.fanouts),
+                         aggr=aggr)
+        base = None
+        for k in [1] + ks:
+            m = measure_k(dataset, spec, batches, k, rank, args.device, args.warmup)
+            base = base or m["step_s"]
+            ours = split_redundancy(batches[0], spec, k, rank)
+            rnd = split_redundancy(batches[0], spec, k, random_rank, balance="count")
+            row = {"aggr": aggr, "k": k, **m, "ratio_to_k1": m["step_s"] / base,
+                   "redundancy_input": ours, "random_redundancy_input": rnd}
+            rows.append(row)
+            err = m["estimator_median_rel_error"]
+            print(f"{aggr:<6} {k:>3} {m['step_s']:>8.3f} {row['ratio_to_k1']:>7.2f} {m['plan_share']:>9.1%} "
+                  f"{ours:>8.2f} {rnd:>8.2f} {('%.1f%%' % (100 * err)) if err is not None else 'n/a':>8}",
+                  flush=True)
+    if args.json:
+        write_json_atomic(args.json, {"args": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows})
+    return 0

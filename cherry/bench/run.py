@@ -1,0 +1,47 @@
+"""``python -m cherry.bench.run --spec SPEC.json --out RECORD.json``: one benchmark run, one process.
+
+Order: validate the spec (a bad spec prints one line and exits 2, writing nothing); apply process-wide
+switches (``CHERRY_NO_EXT`` for cherry's ``native_ops: false``) before any op loads; seed; load the
+dataset; run the system's once-per-dataset preprocessing; enter the device memory (emulated capacity
+on a CPU, allocator cap on a GPU, plus NVML sampling on a GPU); build the system; run ``warmup +
+steps`` optimizer steps on consecutive mini-batches of shuffled training seeds (or ``epochs`` whole
+epochs, evaluating after each); evaluate; write the record.
+
+Outcomes (the record is written in every case but a bad spec):
+  ok, oom (torch.OutOfMemoryError or a budget too small for one seed), timeout (``timeout_s`` since
+  dataset loading, checked between steps and by SIGALRM inside a step), skipped (`SystemUnavailable`,
+  no CUDA, "auto" K for a system that cannot choose it) -> exit 0; any other exception -> status error
+  with a one-line reason, traceback on stderr, exit 1.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional
+
+from cherry.bench.runner import EXIT_BAD_SPEC, apply_process_switches, execute
+from cherry.bench.spec import SpecError, load_spec
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cherry.bench.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, help="run spec (JSON, see workflow/schemas/run.schema.yaml)")
+    parser.add_argument("--out", required=True, help="where to write the record (JSON)")
+    parser.add_argument("--quiet", action="store_true", help="no per-step progress on stderr")
+    args = parser.parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        print(f"cherry.bench.run: {exc}", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    apply_process_switches(spec)
+
+    def log(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    return execute(spec, args.out, log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

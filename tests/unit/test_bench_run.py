@@ -1,0 +1,186 @@
+"""The runner end to end on synth-tiny: ok / oom / timeout records written by `python -m cherry.bench.run`
+in a fresh process each, records that validate and round-trip through the aggregate table."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from cherry.bench.aggregate import collect_records, main as aggregate_main, read_runs_csv
+from cherry.bench.record import validate_record
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = {"system": "cherry", "dataset": "synth-tiny", "hidden": 16, "fanouts": [5, 10], "batch_size": 256,
+        "timeout_s": 120}
+
+
+@pytest.fixture(scope="module")
+def root(synth_tiny, data_root) -> str:
+    return str(data_root)  # synth-tiny prepared there once; each run only reads it
+
+
+def _run(tmp_path: Path, name: str, **spec) -> tuple[subprocess.CompletedProcess, dict | None]:
+    spec_path, out = tmp_path / f"{name}.spec.json", tmp_path / f"{name}.record.json"
+    spec_path.write_text(json.dumps(spec))
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # a shared 2-core machine: oversubscription costs 100x
+    proc = subprocess.run([sys.executable, "-m", "cherry.bench.run", "--spec", str(spec_path), "--out", str(out)],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    record = json.loads(out.read_text()) if out.exists() else None
+    return proc, record
+
+
+@pytest.fixture(scope="module")
+def records(root, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("runs")
+    ok = _run(tmp, "ok", **TINY, root=root, microbatches=2, warmup=2, steps=3, tag="t", repeat=1)
+    # 256 KiB holds the model but not one 256-seed batch's activations; reference ops (native_ops off)
+    oom = _run(tmp, "oom", **TINY, root=root, device_memory="256KiB", options={"native_ops": False})
+    timeout = _run(tmp, "timeout", **{**TINY, "timeout_s": 3}, root=root, steps=100000, evaluate=False,
+                   options={"native_ops": False, "pipeline": False})
+    return {"ok": ok, "oom": oom, "timeout": timeout, "dir": tmp}
+
+
+def test_ok_run_writes_a_valid_record_with_warmup_excluded(records):
+    proc, record = records["ok"]
+    assert proc.returncode == 0, proc.stderr
+    validate_record(record)
+    assert record["status"] == "ok" and record["reason"] is None
+    assert record["system"] == "cherry" and record["fanouts"] == "5,10" and record["tag"] == "t"
+    assert record["steps_completed"] == 5 and record["warmup_steps"] == 2 and len(record["step_times_s"]) == 5
+    assert record["step_time_median_s"] == pytest.approx(statistics.median(record["step_times_s"][2:]))
+    assert record["phase_forward_backward_median_s"] > 0 and record["phase_sample_median_s"] > 0
+    assert record["num_microbatches_max"] == 2 and len(record["redundancy_per_layer"]) == 2
+    assert record["redundancy_input"] >= 1.0
+    assert record["peak_tracked_bytes"] > 0 and record["process_peak_rss_bytes"] > 0
+    assert record["nvml_peak_bytes"] is None  # no GPU here
+    assert record["estimated_peak_bytes"] > 0 and record["estimator_median_rel_error"] is not None
+    assert 0.0 <= record["valid_acc"] <= 1.0 and len(record["step_losses"]) == 5
+    assert "step 5/5" in proc.stderr  # progress on stderr
+
+
+def test_provenance_fields_are_present(records):
+    record = records["ok"][1]
+    for key in ("python_version", "torch_version", "device_name", "hostname", "timestamp_utc",
+                "native_ext_status"):
+        assert record[key], key
+    assert record["device_total_bytes"] > 0 and record["torch_num_threads"] == 1
+    if record["git_sha"] is not None:  # git present: a full sha and a dirty flag
+        assert len(record["git_sha"]) == 40 and isinstance(record["git_dirty"], bool)
+
+
+def test_too_small_emulated_capacity_is_an_oom_result(records):
+    proc, record = records["oom"]
+    assert proc.returncode == 0, proc.stderr
+    validate_record(record)
+    assert record["status"] == "oom" and "memory" in record["reason"].lower()
+    assert record["device_memory_bytes"] == 256 * 1024 and record["budget_bytes"] == 256 * 1024 - 26214
+    assert record["native_ext_status"] == "disabled by CHERRY_NO_EXT"  # native_ops: false took effect
+
+
+def test_exceeding_timeout_is_a_timeout_result(records):
+    proc, record = records["timeout"]
+    assert proc.returncode == 0, proc.stderr
+    validate_record(record)
+    assert record["status"] == "timeout" and "timeout_s=3 s" in record["reason"]
+    assert 0 < record["steps_completed"] < 100000 + 2
+    assert record["wall_s"] < 30
+
+
+def test_records_round_trip_through_the_aggregate_table(records, tmp_path):
+    paths = [records["dir"] / f"{name}.record.json" for name in ("ok", "oom", "timeout")]
+    frame = collect_records(paths)
+    assert list(frame["status"]) == ["ok", "oom", "timeout"]
+    csv, parquet = tmp_path / "runs.csv", tmp_path / "runs.parquet"
+    assert aggregate_main(["--out-csv", str(csv), "--out-parquet", str(parquet), *map(str, paths)]) == 0
+    for table in (read_runs_csv(csv), pd.read_parquet(parquet)):
+        assert list(table.columns) == list(frame.columns)
+        assert list(table["step_times_s"][0]) == pytest.approx(frame["step_times_s"][0])
+        assert list(table["redundancy_per_layer"][0]) == pytest.approx(frame["redundancy_per_layer"][0])
+        assert table["spec_id"].tolist() == frame["spec_id"].tolist()
+        assert table["peak_tracked_bytes"][0] == frame["peak_tracked_bytes"][0]
+
+
+def test_aggregate_names_a_bad_record(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"status": "ok"}))
+    assert aggregate_main(["--out-csv", str(tmp_path / "x.csv"), str(bad)]) == 2
+    assert "bad.json" in capsys.readouterr().err
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_full_baseline_and_an_error_in_process(root, tmp_path, monkeypatch):
+    """The `full` baseline (when present) through the same runner; an unknown option fails with exit 1."""
+    from cherry.bench.runner import execute
+    from cherry.bench.spec import spec_from_dict
+    from cherry.bench.system import SystemUnavailable
+    from cherry.bench.systems import get_system
+
+    try:
+        get_system("full")
+    except (ImportError, SystemUnavailable) as exc:
+        pytest.skip(f"baselines.full not available: {exc}")
+    out = tmp_path / "full.json"
+    spec = spec_from_dict({**TINY, "system": "full", "root": root, "warmup": 1, "steps": 2})
+    assert execute(spec, str(out), lambda line: None) == 0
+    record = json.loads(out.read_text())
+    assert record["status"] == "ok", record["reason"]
+    assert record["num_microbatches_max"] == 1 and record["steps_completed"] == 3
+
+    spec = spec_from_dict({**TINY, "system": "full", "root": root, "options": {"bogus": 1}, "evaluate": False})
+    assert execute(spec, str(out), lambda line: None) == 1
+    record = json.loads(out.read_text())
+    assert record["status"] == "error" and "bogus" in record["reason"] and "\n" not in record["reason"]
+
+
+def test_runs_that_cannot_happen_here_are_skipped_with_a_reason(root, tmp_path, monkeypatch):
+    import cherry.bench.systems as systems
+    from cherry.bench.runner import execute
+    from cherry.bench.spec import spec_from_dict
+    from cherry.bench.system import SystemUnavailable
+
+    def run(**changes) -> dict:
+        out = tmp_path / "skipped.json"
+        assert execute(spec_from_dict({**TINY, "root": root, **changes}), str(out), lambda line: None) == 0
+        record = json.loads(out.read_text())
+        validate_record(record)
+        assert record["status"] == "skipped" and record["steps_completed"] == 0
+        return record
+
+    assert "cannot choose K" in run(system="full", microbatches="auto", device_memory="1MiB")["reason"]
+    if not torch.cuda.is_available():
+        assert "CUDA is not available" in run(device="cuda")["reason"]
+
+    class Unavailable(systems.System):
+        accepts_auto_microbatches = False
+
+        def __init__(self, *args):
+            raise SystemUnavailable("no sampling backend (pyg-lib or torch-sparse)")
+
+        def step(self, seeds, generator):
+            raise AssertionError("a system that is unavailable must never be asked to step")
+
+        evaluate = step
+
+    monkeypatch.setattr(systems, "get_system", lambda name: Unavailable)
+    assert run(system="pyg")["reason"] == "no sampling backend (pyg-lib or torch-sparse)"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_run_reports_allocator_and_nvml_peaks(root, tmp_path):
+    proc, record = _run(tmp_path, "cuda", **TINY, root=root, device="cuda", microbatches="auto",
+                        device_memory="2GiB", warmup=1, steps=3)
+    assert proc.returncode == 0, proc.stderr
+    validate_record(record)
+    assert record["status"] == "ok" and record["cuda_version"]
+    assert 0 < record["peak_tracked_bytes"] <= record["peak_reserved_bytes"] <= 2 << 30
+    assert record["device_total_bytes"] > 2 << 30
+    if record["nvml_peak_bytes"] is not None:  # nvidia-ml-py installed
+        assert record["nvml_peak_bytes"] >= record["nvml_baseline_bytes"] > 0
