@@ -42,7 +42,7 @@ class SessionSpec:
 
 def seed_rank_for(dataset, ordering: str, seed: int = 0) -> Optional[torch.Tensor]:
     """The dataset's locality rank, computed once and cached next to the dataset's files."""
-    from cherry.planning import locality_rank
+    from cherry.planning.ordering import ORDERING_VERSION, locality_rank
 
     if ordering == "none":
         return None
@@ -50,7 +50,7 @@ def seed_rank_for(dataset, ordering: str, seed: int = 0) -> Optional[torch.Tenso
     compute = lambda: locality_rank(dataset.graph, ordering, seed=seed)  # noqa: E731
     if path is None:
         return compute()
-    return cached_tensor(f"{path}/locality-{ordering}-{seed}.pt", compute)
+    return cached_tensor(f"{path}/locality-{ordering}-v{ORDERING_VERSION}-{seed}.pt", compute)
 
 
 class TrainingSession:

@@ -1,7 +1,7 @@
 """Run one mini-batch as K micro-batches with exactly the mini-batch's gradient.
 
 Per step: plan (split + slice, `cherry.planning`), stage the input features of the whole batch once
-(when the budget allows), then for each micro-batch ``k``: forward, ``loss_k = sum CE / B`` (B = seeds
+(on a GPU, when the budget allows), then for each micro-batch ``k``: forward, ``loss_k = sum CE / B`` (B = seeds
 of the whole mini-batch), gradients by ``torch.autograd.grad`` added into accumulators, and after the
 last one a single optimizer step. Micro-batch ``k + 1`` is prepared (feature rows indexed, moved to
 the device on a side stream) by a background thread while ``k`` computes.
@@ -98,7 +98,13 @@ class MicrobatchExecutor:
 
     # -- planning -------------------------------------------------------------------------------
     def _stage_decision(self, blocks: Blocks, feature_dim: int, itemsize: int) -> bool:
-        if not self.options.stage_features:
+        """Stage the batch's input rows on the device once, or gather per micro-batch?
+
+        Staging moves each row over the host-device link once instead of once per micro-batch
+        that reads it (``redundancy`` times), at the price of holding all rows during the step. On a
+        CPU device there is no link (both ways are host copies), so staging would only add a copy.
+        """
+        if not self.options.stage_features or self.device.type == "cpu":
             return False
         staged = blocks.layers[0].num_src * feature_dim * itemsize
         budget = self.options.budget_bytes

@@ -4,8 +4,11 @@ A *rank* is an int64 tensor with ``rank[v]`` = position of node ``v`` in the ord
 mini-batch's seeds by rank puts seeds that share neighbours next to each other, so the cheap
 contiguous split of `cherry.planning.split` yields micro-batches with few duplicated input nodes.
 
-- ``"metis"``: METIS parts of the symmetrised graph (pymetis), parts in order, nodes within a part by
-  id. About one part per ``nodes_per_part`` nodes: small parts are what contiguous chunks look like.
+- ``"metis"``: METIS *recursive bisection* of the symmetrised graph (pymetis), parts in order, nodes
+  within a part by id. Recursive bisection numbers parts hierarchically (parts ``2i`` and ``2i + 1``
+  are the halves of one part one level up), so a contiguous range of ranks is a well-connected
+  region at every scale, whatever K later cuts it into. (k-way partitioning numbers its parts in no
+  spatial order: on synth-arxiv, batch 8,192, K = 8 its input redundancy was 2.18 against 1.91 here.)
 - ``"none"``: identity (the seeds' own order).
 - ``"random"``: a seeded permutation (the ablation's control).
 """
@@ -17,6 +20,8 @@ import torch
 from cherry.data import Graph
 
 ORDERINGS = ("metis", "none", "random")
+ORDERING_VERSION = 2  # bump when an ordering changes, so cached ranks are recomputed
+_MAX_PARTS = 1024  # finer parts cost METIS time and no longer lower redundancy
 
 
 def locality_rank(graph: Graph, method: str = "metis", nodes_per_part: int = 256, seed: int = 0) -> torch.Tensor:
@@ -31,7 +36,7 @@ def locality_rank(graph: Graph, method: str = "metis", nodes_per_part: int = 256
     if method == "random":
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     else:
-        order = _metis_order(graph, max(1, n // nodes_per_part), seed)
+        order = _metis_order(graph, min(max(1, n // nodes_per_part), _MAX_PARTS), seed)
     rank = torch.empty(n, dtype=torch.int64)
     rank[order] = torch.arange(n, dtype=torch.int64)
     return rank
@@ -51,6 +56,6 @@ def _metis_order(graph: Graph, num_parts: int, seed: int) -> torch.Tensor:
     sym.eliminate_zeros()
     opts = pymetis.Options(seed=seed)
     adjacency = pymetis.CSRAdjacency(sym.indptr.astype(np.int64), sym.indices.astype(np.int64))
-    _, membership = pymetis.part_graph(num_parts, adjacency=adjacency, options=opts)
+    _, membership = pymetis.part_graph(num_parts, adjacency=adjacency, options=opts, recursive=True)
     parts = torch.as_tensor(np.asarray(membership, dtype=np.int64))
     return torch.argsort(parts, stable=True)

@@ -1,0 +1,110 @@
+"""`cherry bench systems`: every system on the same data, model, K and budget, side by side.
+
+Each system runs through the benchmark runner in its own process (as in the workflow), writing a
+record under ``--out-dir``; the table is printed from those records: median step time (partitioning
+and block construction included), tracked peak memory, input-layer redundancy, and the ratios to
+cherry. A ``cherry@K=1`` row compares Cherry without micro-batching against stock DGL.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from cherry.cli.options import fanout_list, positive_int, size_bytes
+
+DEFAULT_SYSTEMS = "cherry,betty,buffalo,naive,full,dgl,pyg"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("systems", help="cherry vs betty, buffalo, naive, full, dgl, pyg at equal K and budget")
+    p.add_argument("--dataset", default="synth-arxiv")
+    p.add_argument("--root", default=None)
+    p.add_argument("--systems", default=DEFAULT_SYSTEMS, help="comma-separated system names")
+    p.add_argument("--aggr", choices=("mean", "pool", "lstm"), default="mean")
+    p.add_argument("--hidden", type=positive_int, default=128)
+    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
+    p.add_argument("--batch-size", type=positive_int, default=8192)
+    p.add_argument("--microbatches", type=positive_int, default=8, help="K for every micro-batching system")
+    p.add_argument("--device-memory", type=size_bytes, default=None, help="emulated capacity (CPU) / cap (GPU)")
+    p.add_argument("--steps", type=positive_int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1, help="OMP/torch threads per run (default 1)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--out-dir", default="results/bench-systems", help="where specs and records go")
+    p.set_defaults(func=run)
+
+
+def _spec(args, system: str, k: int) -> dict:
+    return {
+        "system": system, "dataset": args.dataset, "root": args.root, "model": "sage", "aggr": args.aggr,
+        "layers": len(args.fanouts), "hidden": args.hidden, "fanouts": list(args.fanouts),
+        "batch_size": args.batch_size, "microbatches": k, "device_memory": args.device_memory,
+        "device": args.device, "steps": args.steps, "warmup": args.warmup, "evaluate": False,
+        "tag": "bench-systems",
+    }
+
+
+def _run_one(args, label: str, spec: dict, out_dir: Path) -> dict:
+    from cherry.io import write_json_atomic
+
+    spec_path, record_path = out_dir / f"{label}.spec.json", out_dir / f"{label}.json"
+    write_json_atomic(spec_path, spec)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    proc = subprocess.run([sys.executable, "-m", "cherry.bench.run", "--spec", str(spec_path),
+                           "--out", str(record_path)], env=env, capture_output=True, text=True)
+    if proc.returncode == 2 or not record_path.exists():
+        raise ValueError(f"run {label} failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")
+    return json.loads(record_path.read_text())
+
+
+def _fmt(value, pattern: str) -> str:
+    return pattern % value if value is not None else "-"
+
+
+def run(args: argparse.Namespace) -> int:
+    from cherry.bench.systems import SYSTEM_NAMES
+    from cherry.memory import format_size
+
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = [s for s in systems if s not in SYSTEM_NAMES]
+    if unknown or not systems:
+        raise ValueError(f"--systems has unknown names {unknown}; expected some of {list(SYSTEM_NAMES)}")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = [(s, s, 1 if s in ("full", "dgl", "pyg") else args.microbatches) for s in systems]
+    if "cherry" in systems and "dgl" in systems:
+        runs.append(("cherry@K=1", "cherry", 1))
+    print(f"cherry bench systems: {args.dataset}, sage-{args.aggr} H={args.hidden}, fanouts {args.fanouts}, "
+          f"batch {args.batch_size}, K={args.microbatches}, device memory "
+          f"{format_size(args.device_memory) if args.device_memory else 'unlimited'}, {args.threads} thread(s), "
+          f"{args.steps} steps (+{args.warmup} warm-up)", flush=True)
+    records = {}
+    for label, system, k in runs:
+        print(f"  running {label} ...", file=sys.stderr, flush=True)
+        records[label] = _run_one(args, label.replace("@", "_").replace("=", ""), _spec(args, system, k), out_dir)
+    ref = records.get("cherry")
+    print(f"{'system':<11} {'status':<8} {'K':>3} {'step_s':>8} {'x cherry':>8} {'plan+slice_s':>12} "
+          f"{'peak':>11} {'peak/cherry':>11} {'redund.':>7}")
+    for label, rec in records.items():
+        ok = rec["status"] == "ok"
+        step = rec["step_time_median_s"] if ok else None
+        peak = rec["peak_tracked_bytes"] if ok else None
+        prep = None
+        if ok:
+            prep = sum(rec.get(f"phase_{p}_median_s") or 0.0 for p in ("plan", "slice"))
+        ratio = step / ref["step_time_median_s"] if ok and ref and ref["status"] == "ok" else None
+        mem_ratio = peak / ref["peak_tracked_bytes"] if ok and ref and ref["status"] == "ok" and peak else None
+        print(f"{label:<11} {rec['status']:<8} {_fmt(rec['num_microbatches_max'], '%d'):>3} "
+              f"{_fmt(step, '%.3f'):>8} {_fmt(ratio, '%.2fx'):>8} {_fmt(prep, '%.3f'):>12} "
+              f"{format_size(peak) if peak else '-':>11} {_fmt(mem_ratio, '%.2fx'):>11} "
+              f"{_fmt(rec['redundancy_input'], '%.2f'):>7}")
+        if not ok and rec.get("reason"):
+            print(f"{'':<11} reason: {rec['reason']}")
+    print(f"records: {out_dir}/")
+    return 0
