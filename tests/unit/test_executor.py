@@ -105,3 +105,30 @@ def test_options_validate():
         ExecutorOptions()
     with pytest.raises(ValueError, match="num_microbatches must be >= 1"):
         ExecutorOptions(num_microbatches=0)
+
+
+def test_forced_underestimate_is_recovered_exactly(data):
+    """A real (emulated) out-of-memory from a too-optimistic estimator: re-planned, same gradient."""
+    from cherry.memory import DeviceMemory
+
+    ds, blocks = data
+    ref, _ = _gradients(ds, blocks, "sage", "lstm", 1)
+    spec = ModelSpec("sage", ds.feature_dim, 8, ds.num_classes, 2, aggr="lstm", heads=2)
+    true_peak = MemoryModel.for_model(spec).estimate_bytes(BatchShape.of(blocks))
+    capacity = true_peak // 3
+    with DeviceMemory("cpu", capacity) as memory:
+        got, stats = _gradients(ds, blocks, "sage", "lstm", None, memory=memory, budget=capacity,
+                                mm_scale=0.05)
+    assert stats.num_oom_recoveries >= 1
+    assert stats.measured_peak_bytes <= capacity
+    _assert_close(ref, got)
+
+
+def test_plan_estimates_are_balanced(data):
+    from cherry.planning import plan_microbatches
+
+    ds, blocks = data
+    spec = ModelSpec("sage", ds.feature_dim, 8, ds.num_classes, 2, aggr="lstm")
+    plan = plan_microbatches(blocks, MemoryModel.for_model(spec), num_microbatches=4)
+    est = torch.tensor(plan.estimated_bytes, dtype=torch.float64)
+    assert float(est.max() / est.mean()) < 1.5
