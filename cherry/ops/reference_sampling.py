@@ -7,12 +7,16 @@ counter-based hash that all three implement the same way:
 - ``mix32`` is Chris Wellons' "lowbias32" integer hash, a bijection of 32-bit words;
 - every seed node ``v`` gets a state ``h = mix32(mix32(mix32(mix32(s_lo ^ GOLDEN) ^ s_hi) ^ v_lo) ^ v_hi)``
   from the layer's ``random_seed`` (``s_lo``/``s_hi`` its low/high 32 bits, two's complement);
-- its candidate edge at offset ``j`` (``0 <= j < degree``) gets the key ``mix32(h ^ (j mod 2**32))``;
-- a node with more than ``fanout`` in-neighbours keeps the ``fanout`` candidates with the smallest keys
-  (ties, impossible below 2**32 neighbours since ``mix32`` is a bijection, go to the smaller offset),
-  in their original adjacency order.
+- a node of degree ``d`` with more than ``k = fanout`` in-neighbours picks ``k`` adjacency offsets by
+  Robert Floyd's algorithm: for ``j`` in ``d-k, ..., d-1``, draw ``t = floor(mix32(h ^ (j mod 2**32))
+  * (j+1) / 2**32)`` (multiply-shift: a value in ``[0, j]`` without a division); pick ``t`` unless it
+  is already picked, else pick ``j``. The picks are kept in adjacency order.
+- a node with at most ``fanout`` in-neighbours (or ``fanout == -1``) keeps all of them, no randomness.
 
-Because the keys are i.i.d.-looking per candidate, the kept set is a uniform sample without replacement.
+Floyd's algorithm yields every ``k``-subset with equal probability when each ``t`` is uniform on
+``[0, j]``; the hash outputs are i.i.d.-looking and the draw's bias is below ``(j+1) / 2**32`` (degrees
+below ``2**32`` are assumed for uniformity; larger ones still give distinct, deterministic picks). Its cost
+is ``O(fanout)`` hashes per seed whatever the degree, which is what makes hubs cheap.
 Tensors here hold 32-bit words in int64 and multiply in two 16-bit halves, so no step overflows.
 """
 from __future__ import annotations
@@ -60,9 +64,25 @@ def node_states(random_seed: int, nodes: torch.Tensor) -> torch.Tensor:
     return mix32(h ^ ((nodes >> 32) & MASK32))
 
 
-def edge_keys(states: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """Key of the candidate edge at adjacency offset ``offsets`` of a node with state ``states``."""
-    return mix32(states ^ (offsets & MASK32))
+def scale_draw(words: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """``floor(words * m / 2**32)`` exactly, for 32-bit ``words`` and ``1 <= m < 2**63`` (int64 tensors):
+    a draw in ``[0, m)``. The low half of ``m`` is multiplied in 16-bit pieces so nothing overflows."""
+    lo = m & MASK32
+    mulhi = ((words * (lo >> 16)) + ((words * (lo & 0xFFFF)) >> 16)) >> 16
+    return words * (m >> 32) + mulhi
+
+
+def floyd_offsets(states: torch.Tensor, deg: torch.Tensor, fanout: int) -> torch.Tensor:
+    """``[m, fanout]`` picked adjacency offsets, ascending per row, for ``m`` nodes with hash
+    ``states`` and degrees ``deg > fanout`` (Floyd's algorithm, vectorised over the nodes)."""
+    picks = torch.empty((states.numel(), fanout), dtype=torch.int64, device=states.device)
+    for step in range(fanout):
+        j = deg - (fanout - step)
+        t = scale_draw(mix32(states ^ (j & MASK32)), j + 1)
+        # Earlier picks all lie below j, so "already picked" is a test against this row's picks.
+        seen = (picks[:, :step] == t.unsqueeze(1)).any(1)
+        picks[:, step] = torch.where(seen, j, t)
+    return picks.sort(dim=1).values
 
 
 def _segments(lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,22 +111,18 @@ def sample_neighbors(
     block_indptr = torch.zeros(num_seeds + 1, dtype=torch.int64, device=device)
     torch.cumsum(count, 0, out=block_indptr[1:])
 
-    # Take-all segments contribute all candidates; the others rank their candidates by key.
+    # Positions into `indices` of every kept edge, in output order: take-all seeds copy their
+    # adjacency; the others (which keep exactly `fanout`) take their Floyd picks.
     need = deg > count
-    seg, offs = _segments(deg)
-    keep = ~need[seg]
+    edge_pos = torch.empty(int(block_indptr[-1]), dtype=torch.int64, device=device)
+    seg, offs = _segments(torch.where(need, torch.zeros_like(deg), deg))
+    edge_pos[block_indptr[seg] + offs] = starts[seg] + offs
     if bool(need.any()):
-        cand = torch.nonzero(need[seg]).squeeze(1)
-        cseg, coffs = seg[cand], offs[cand]
-        keys = edge_keys(node_states(random_seed, seeds)[cseg], coffs)
-        # seg < 2**31 and key < 2**32, so the composite sorts by segment, then key; stable -> offset.
-        order = torch.argsort((cseg << 32) | keys, stable=True)
-        need_deg = torch.where(need, deg, torch.zeros_like(deg))
-        seg_start = torch.cumsum(need_deg, 0) - need_deg
-        sorted_seg = cseg[order]
-        rank = torch.arange(order.numel(), device=device) - seg_start[sorted_seg]
-        keep[cand[order[rank < count[sorted_seg]]]] = True
-    sampled = indices[(starts[seg] + offs)[keep]]
+        rows = torch.nonzero(need).squeeze(1)
+        picks = floyd_offsets(node_states(random_seed, seeds[rows]), deg[rows], fanout)
+        slots = block_indptr[rows].unsqueeze(1) + torch.arange(fanout, device=device)
+        edge_pos[slots] = starts[rows].unsqueeze(1) + picks
+    sampled = indices[edge_pos]
 
     src_nodes, local = first_appearance_unique(torch.cat([seeds, sampled]))
     return block_indptr, local[num_seeds:], src_nodes

@@ -67,6 +67,24 @@ def test_mix32_tensor_matches_scalar():
     assert torch.unique(got).numel() == torch.unique(words).numel()  # a bijection
 
 
+def test_scale_draw_is_exact_multiply_shift():
+    gen = torch.Generator().manual_seed(2)
+    words = torch.cat([torch.randint(0, 2**32, (500,), generator=gen), torch.tensor([0, 2**32 - 1, 2**32 - 1])])
+    m = torch.cat([torch.randint(1, 2**62, (250,), generator=gen), torch.randint(1, 2**20, (250,), generator=gen),
+                   torch.tensor([1, 2**63 - 1, 2**32])])
+    got = ref.scale_draw(words, m)
+    assert got.tolist() == [(int(w) * int(k)) >> 32 for w, k in zip(words, m)]
+    assert bool((got >= 0).all()) and bool((got < m).all())
+
+
+def test_floyd_picks_are_distinct_sorted_and_in_range():
+    gen = torch.Generator().manual_seed(4)
+    deg = torch.randint(31, 5000, (400,), generator=gen)
+    picks = ref.floyd_offsets(torch.randint(0, 2**32, (400,), generator=gen), deg, 30)
+    assert bool((picks[:, 1:] > picks[:, :-1]).all())  # ascending, hence distinct
+    assert bool((picks[:, 0] >= 0).all()) and bool((picks[:, -1] < deg).all())
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fanout", FANOUTS)
 def test_sample_native_equals_reference(native, device, fanout):
@@ -98,7 +116,7 @@ def test_sample_native_equals_reference_high_degree(native, device):
     g = Graph.from_edges(src, dst, n)
     seeds = torch.randperm(n, generator=gen)[:500]
     seeds[0] = 0  # a hub with ~30k in-neighbours
-    for fanout in (5, 25):
+    for fanout in (5, 25, 100):  # 100 picks: past the native kernel's linear scan, its binary search
         indptr, indices, seeds_d = to(device, g.indptr, g.indices, seeds)
         got = native.sample_neighbors(indptr, indices, seeds_d, fanout, 12345)
         assert_same(got, ref.sample_neighbors(g.indptr, g.indices, seeds, fanout, 12345))
@@ -137,6 +155,21 @@ def test_sample_is_uniform_without_replacement():
         hits[picked] += 1
     expected, sigma = 0.3 * trials, (trials * 0.3 * 0.7) ** 0.5
     assert bool(((hits[1:] - expected).abs() < 5 * sigma).all()), hits
+
+
+def test_sample_picks_every_subset_equally_often():
+    # 4000 seeds share the same 6 in-neighbours; fanout 3 gives 20 subsets of probability 0.05 each.
+    # A sampler with the right per-neighbour rates can still favour some subsets; this catches it.
+    num_seeds, deg = 4000, 6
+    dst = torch.arange(num_seeds).repeat_interleave(deg)
+    g = Graph.from_edges(torch.arange(num_seeds, num_seeds + deg).repeat(num_seeds), dst, num_seeds + deg)
+    block_indptr, block_indices, src_nodes = sample_neighbors(g.indptr, g.indices, torch.arange(num_seeds), 3, 99)
+    picked = (src_nodes[block_indices] - num_seeds).view(num_seeds, 3)
+    assert bool((picked[:, 1:] > picked[:, :-1]).all())  # distinct, in adjacency order
+    codes = (1 << picked).sum(1)
+    hits = torch.bincount(codes, minlength=1 << deg)[codes.unique()]
+    expected, sigma = num_seeds / 20, (num_seeds * 0.05 * 0.95) ** 0.5
+    assert hits.numel() == 20 and bool(((hits - expected).abs() < 5 * sigma).all()), hits
 
 
 def test_sample_depends_on_random_seed():
