@@ -6,6 +6,7 @@ different functions), so `compare_gradients` refuses a model in training mode wi
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Optional
 
@@ -14,6 +15,29 @@ import torch
 from cherry.execution.executor import ExecutorOptions, MicrobatchExecutor
 from cherry.planning import MemoryModel
 from cherry.sampling import Blocks
+
+
+@contextmanager
+def _exact_float32():
+    """TF32 off while comparing: on Ampere+ GPUs cuDNN/cuBLAS would otherwise round float32 products
+    to 10-bit mantissas, and differently for differently shaped micro-batches."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _gradients_at(k, model, memory_model, blocks, features, labels, seed_rank, device) -> list[torch.Tensor]:
+    options = ExecutorOptions(num_microbatches=k, recover_oom=False)
+    ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.0), memory_model, options,
+                            device, seed_rank=seed_rank)
+    try:
+        ex.accumulate(blocks, features, labels)
+        return [g.detach().clone() for g in ex.gradients()]
+    finally:
+        ex.close()
 
 
 @dataclass(frozen=True)
@@ -34,13 +58,9 @@ def compare_gradients(model: torch.nn.Module, memory_model: MemoryModel, blocks:
     if not 1 <= num_microbatches <= blocks.num_seeds:
         raise ValueError(f"--microbatches must be in [1, {blocks.num_seeds}] for this batch, got {num_microbatches}")
     grads = []
-    for k in (1, num_microbatches):
-        options = ExecutorOptions(num_microbatches=k, recover_oom=False)
-        ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.0), memory_model, options,
-                                device, seed_rank=seed_rank)
-        ex.accumulate(blocks, features, labels)
-        grads.append([g.detach().clone() for g in ex.gradients()])
-        ex.close()
+    with _exact_float32():
+        for k in (1, num_microbatches):
+            grads.append(_gradients_at(k, model, memory_model, blocks, features, labels, seed_rank, device))
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     out = []
     for name, g1, gk in zip(names, *grads):

@@ -1,4 +1,4 @@
-"""Pure-PyTorch references of the sampling ops `sample_neighbors` and `slice_layer`.
+"""Pure-PyTorch references of the sampling ops `sample_neighbors`, `slice_layer` and `slice_layer_many`.
 
 They are the fallback without the native extension and the oracle of the op tests. The native
 kernels (csrc/cpu, csrc/cuda) must give bit-identical results, so the random choice is made by a
@@ -20,6 +20,8 @@ is ``O(fanout)`` hashes per seed whatever the degree, which is what makes hubs c
 Tensors here hold 32-bit words in int64 and multiply in two 16-bit halves, so no step overflows.
 """
 from __future__ import annotations
+
+from itertools import accumulate
 
 import torch
 
@@ -168,3 +170,37 @@ def slice_layer(
     local = torch.empty(num_parent_src, dtype=torch.int64, device=device)
     local[src_positions] = torch.arange(src_positions.numel(), device=device)
     return sub_indptr, local[edges], src_positions
+
+
+def slice_layer_many(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    dst_positions: torch.Tensor,
+    group_offsets: list[int],
+    parent_src_nodes: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
+    """`slice_layer` of K groups at once, outputs concatenated group after group.
+
+    The parent block has ``num_parent_src = len(parent_src_nodes)`` sources with global ids
+    ``parent_src_nodes``. Group ``g`` is ``dst_positions[group_offsets[g]:group_offsets[g + 1]]``
+    (``group_offsets``: a list of ``K + 1`` ints from 0 to ``len(dst_positions)``, non-decreasing;
+    positions distinct within a group, possibly shared between groups). Returns ``(sub_indptr,
+    sub_indices, src_positions, src_nodes, src_offsets, edge_offsets)``: group ``g``'s ``slice_layer``
+    outputs are ``sub_indptr[group_offsets[g] + g : group_offsets[g + 1] + g + 1]`` (starting at 0),
+    ``sub_indices[edge_offsets[g]:edge_offsets[g + 1]]`` and
+    ``src_positions[src_offsets[g]:src_offsets[g + 1]]``; ``src_nodes`` is
+    ``parent_src_nodes[src_positions]``; both offsets are lists of ``K + 1`` ints.
+    """
+    device = dst_positions.device
+    bounds = list(group_offsets)
+    num_parent_src = parent_src_nodes.numel()
+    outs = [slice_layer(indptr, indices, dst_positions[a:b], num_parent_src) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def cat(i: int) -> torch.Tensor:
+        return torch.cat([o[i] for o in outs]) if outs else torch.empty(0, dtype=torch.int64, device=device)
+
+    def offsets(i: int) -> list[int]:
+        return [0, *accumulate(o[i].numel() for o in outs)]
+
+    src_positions = cat(2)
+    return cat(0), cat(1), src_positions, parent_src_nodes[src_positions], offsets(2), offsets(1)

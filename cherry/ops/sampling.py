@@ -1,7 +1,8 @@
-"""Public sampling ops: `sample_neighbors` (one layer of neighbour sampling) and `slice_layer`
-(restrict one block to some of its destinations, the per-layer step of ``slice_blocks``).
+"""Public sampling ops: `sample_neighbors` (one layer of neighbour sampling), `slice_layer` (restrict
+one block to some of its destinations, the per-layer step of ``slice_blocks``) and `slice_layer_many`
+(the same for K groups of destinations in one call, the per-layer step of ``slice_blocks_many``).
 
-Both validate their inputs here, before any kernel, then run ``torch.ops.cherry.*`` when the native
+All three validate their inputs here, before any kernel, then run ``torch.ops.cherry.*`` when the native
 extension is in use and the pure-PyTorch reference (`cherry.ops.reference_sampling`) otherwise; the two
 give identical results (the randomness is a counter-based hash, see that module). The underscored
 variants skip validation for callers that produced their inputs themselves (the sampler's inner
@@ -95,18 +96,22 @@ def slice_layer(
     ``num_parent_src`` sources) are ``dst_positions`` then newly reached sources in first-appearance
     order; ``sub_indices`` are local positions into ``src_positions``.
     """
+    _check_slice_parent(indptr, indices, num_parent_src)
+    check_index_vector("dst_positions", dst_positions, indptr.device)
+    check_positions("dst_positions", dst_positions, indptr.numel() - 1)
+    return _slice_layer(indptr, indices, dst_positions, num_parent_src)
+
+
+def _check_slice_parent(indptr: torch.Tensor, indices: torch.Tensor, num_parent_src: Any) -> None:
     check_index_vector("indptr", indptr)
     check_index_vector("indices", indices, indptr.device)
-    check_index_vector("dst_positions", dst_positions, indptr.device)
     num_parent_dst = indptr.numel() - 1
     if isinstance(num_parent_src, bool) or not isinstance(num_parent_src, int):
         raise TypeError(f"num_parent_src must be an int, got {num_parent_src!r}")
     if num_parent_src < num_parent_dst:
         raise ValueError(f"num_parent_src must be >= the block's {num_parent_dst} destinations, got {num_parent_src}")
-    check_positions("dst_positions", dst_positions, num_parent_dst)
     if indices.numel() > 0 and (int(indices.min()) < 0 or int(indices.max()) >= num_parent_src):
         raise ValueError(f"indices must lie in [0, {num_parent_src})")
-    return _slice_layer(indptr, indices, dst_positions, num_parent_src)
 
 
 def _slice_layer(
@@ -115,3 +120,59 @@ def _slice_layer(
     if _native(dst_positions):
         return tuple(torch.ops.cherry.slice_layer(indptr, indices, dst_positions, num_parent_src))
     return ref.slice_layer(indptr, indices, dst_positions, num_parent_src)
+
+
+def slice_layer_many(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    dst_positions: torch.Tensor,
+    group_offsets: list[int],
+    parent_src_nodes: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
+    """`slice_layer` of K >= 1 non-empty groups of destinations in one call.
+
+    The parent block (CSC ``indptr``/``indices``) has the global source ids ``parent_src_nodes``.
+    Group ``g`` is ``dst_positions[group_offsets[g]:group_offsets[g + 1]]`` (``group_offsets``: a list
+    of K + 1 strictly increasing ints from 0 to ``len(dst_positions)``); positions are distinct within
+    a group and may repeat across groups. Returns ``(sub_indptr, sub_indices, src_positions,
+    src_nodes, src_offsets, edge_offsets)``, each group's `slice_layer` outputs concatenated: group
+    ``g`` owns ``sub_indptr[group_offsets[g] + g : group_offsets[g + 1] + g + 1]``,
+    ``sub_indices[edge_offsets[g]:edge_offsets[g + 1]]`` and
+    ``src_positions[src_offsets[g]:src_offsets[g + 1]]``; ``src_nodes`` is
+    ``parent_src_nodes[src_positions]`` (the offsets: lists of K + 1 ints).
+    """
+    check_index_vector("parent_src_nodes", parent_src_nodes, indptr.device)
+    _check_slice_parent(indptr, indices, parent_src_nodes.numel())
+    check_index_vector("dst_positions", dst_positions, indptr.device)
+    if not isinstance(group_offsets, (list, tuple)) or not all(
+        isinstance(o, int) and not isinstance(o, bool) for o in group_offsets
+    ):
+        raise TypeError(f"group_offsets must be a list of ints, got {group_offsets!r}")
+    n, k = dst_positions.numel(), len(group_offsets) - 1
+    if k < 1:
+        raise ValueError(f"group_offsets must hold K + 1 >= 2 entries, got {k + 1}")
+    lengths = [b - a for a, b in zip(group_offsets, group_offsets[1:])]
+    if group_offsets[0] != 0 or group_offsets[-1] != n or min(lengths) <= 0:
+        raise ValueError(f"group_offsets must rise strictly from 0 to {n} (every group non-empty), got {list(group_offsets)}")
+    num_parent_dst = indptr.numel() - 1
+    lo, hi = int(dst_positions.min()), int(dst_positions.max())
+    if lo < 0 or hi >= num_parent_dst:
+        raise ValueError(f"dst_positions must lie in [0, {num_parent_dst}), found values in [{lo}, {hi}]")
+    group = torch.repeat_interleave(
+        torch.arange(k, device=dst_positions.device), torch.tensor(lengths, device=dst_positions.device)
+    )
+    if torch.unique(group * num_parent_dst + dst_positions).numel() != n:
+        raise ValueError("dst_positions must not contain duplicates within a group")
+    return _slice_layer_many(indptr, indices, dst_positions, list(group_offsets), parent_src_nodes)
+
+
+def _slice_layer_many(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    dst_positions: torch.Tensor,
+    group_offsets: list[int],
+    parent_src_nodes: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
+    if _native(dst_positions):
+        return tuple(torch.ops.cherry.slice_layer_many(indptr, indices, dst_positions, group_offsets, parent_src_nodes))
+    return ref.slice_layer_many(indptr, indices, dst_positions, group_offsets, parent_src_nodes)

@@ -20,7 +20,7 @@ import torch
 from cherry.planning.memory_model import MemoryModel
 from cherry.planning.shapes import BatchShape
 from cherry.planning.split import seed_costs, split_seeds
-from cherry.sampling import Blocks, slice_blocks
+from cherry.sampling import Blocks, slice_blocks, slice_blocks_many
 
 
 class BudgetTooSmallError(ValueError):
@@ -74,15 +74,17 @@ def plan_microbatches(
         raise ValueError("cannot plan an empty set of seeds")
     if num_microbatches is not None and not 1 <= num_microbatches <= n:
         raise ValueError(f"number of micro-batches must be in [1, {n}] for {n} seeds, got {num_microbatches}")
-    costs = seed_costs(blocks, memory_model)
-    seeds = blocks.seeds
+    whole_batch = n == blocks.num_seeds
+    costs: Optional[torch.Tensor] = None
 
     def build(k: int):
-        groups = split_seeds(positions, costs, k, seed_rank, seeds, balance)
-        if k == 1 and n == blocks.num_seeds and torch.equal(groups[0], torch.arange(n)):
-            parts = (blocks,)  # the whole batch in its own order: no slicing needed
-        else:
-            parts = tuple(slice_blocks(blocks, g) for g in groups)
+        nonlocal costs
+        if k == 1 and whole_batch:  # the batch itself: no ordering, costing or slicing needed
+            return (torch.arange(n, dtype=torch.int64),), (blocks,), (memory_model.estimate_bytes(BatchShape.of(blocks)),)
+        if costs is None:
+            costs = seed_costs(blocks, memory_model)
+        groups = split_seeds(positions, costs, k, seed_rank, blocks.seeds, balance)
+        parts = tuple(slice_blocks_many(blocks, list(groups)))
         return groups, parts, tuple(memory_model.estimate_bytes(BatchShape.of(p)) for p in parts)
 
     if num_microbatches is not None:

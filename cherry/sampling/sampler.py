@@ -6,12 +6,14 @@ so the same generator state gives the same `Blocks` on every implementation and 
 
 `slice_blocks` returns the sub-blocks that compute a subset of a batch's seeds: every kept destination
 keeps exactly its parent in-edges in order, so any per-destination computation on the slice equals
-the corresponding rows of the same computation on the whole batch.
+the corresponding rows of the same computation on the whole batch. `slice_blocks_many` does it for
+K disjoint groups at once (one native call per layer), which is how the planner splits a batch.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from itertools import accumulate
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -82,23 +84,77 @@ def slice_blocks(blocks: Blocks, seed_positions: torch.Tensor) -> Blocks:
     """
     if not isinstance(blocks, Blocks):
         raise TypeError(f"blocks must be a cherry.sampling.Blocks, got {type(blocks).__name__}")
-    top = blocks.layers[-1]
-    ops.check_index_vector("seed_positions", seed_positions, top.indptr.device)
+    ops.check_index_vector("seed_positions", seed_positions, blocks.layers[-1].indptr.device)
     ops.check_positions("seed_positions", seed_positions, blocks.num_seeds)
-    layers = []
-    dst_positions = seed_positions
-    for parent in reversed(blocks.layers):
-        indptr, indices, src_positions = ops._slice_layer(parent.indptr, parent.indices, dst_positions, parent.num_src)
-        layers.append(
-            Block(
-                src_nodes=parent.src_nodes[src_positions],
-                num_dst=int(dst_positions.numel()),
-                indptr=indptr,
-                indices=indices,
-            )
+    return _slice_many(blocks, seed_positions, [int(seed_positions.numel())])[0]
+
+
+def slice_blocks_many(blocks: Blocks, groups: Sequence[torch.Tensor]) -> list[Blocks]:
+    """``[slice_blocks(blocks, g) for g in groups]``, equal tensor for tensor, in one native call per
+    layer for all groups.
+
+    ``groups`` is a non-empty list or tuple of non-empty 1-D int64 tensors of seed positions on the
+    blocks' device; the groups must be disjoint (no position in two groups or twice in one) but need
+    not cover every seed. The returned micro-batches' tensors are views of per-layer buffers shared
+    by all of them (so no micro-batch may be modified in place).
+    """
+    if not isinstance(blocks, Blocks):
+        raise TypeError(f"blocks must be a cherry.sampling.Blocks, got {type(blocks).__name__}")
+    if not isinstance(groups, (list, tuple)):
+        raise TypeError(f"groups must be a list or tuple of seed-position tensors, got {type(groups).__name__}")
+    if not groups:
+        raise ValueError("groups must hold at least one group of seed positions, got none")
+    device = blocks.layers[-1].indptr.device
+    sizes = []
+    for i, g in enumerate(groups):
+        ops.check_index_vector(f"groups[{i}]", g, device)
+        if g.numel() == 0:
+            raise ValueError(f"groups[{i}] must not be empty")
+        sizes.append(int(g.numel()))
+    flat = groups[0] if len(groups) == 1 else torch.cat(list(groups))
+    num_seeds = blocks.num_seeds
+    lo, hi = (int(v) for v in torch.aminmax(flat))
+    if lo < 0 or hi >= num_seeds:
+        raise ValueError(f"groups must hold seed positions in [0, {num_seeds}), found values in [{lo}, {hi}]")
+    # One bincount proves the groups disjoint and each free of repeats (a partition of a subset).
+    counts = torch.bincount(flat, minlength=num_seeds)
+    worst = int(counts.max())
+    if worst > 1:
+        raise ValueError(
+            f"groups must be disjoint: seed position {int(counts.argmax())} appears {worst} times across the groups"
         )
-        dst_positions = src_positions
-    return Blocks(layers=tuple(reversed(layers)), input_positions=dst_positions)
+    return _slice_many(blocks, flat, sizes)
+
+
+def _slice_many(blocks: Blocks, flat: torch.Tensor, sizes: list[int]) -> list[Blocks]:
+    """The slices of the validated groups ``flat`` (concatenated) of ``sizes`` positions each.
+
+    Per layer, top-down: one `slice_layer_many` call for all groups (which also gathers the global
+    ids), then each group's tensors are views (``split_with_sizes``) of the concatenated outputs."""
+    offsets = [0, *accumulate(sizes)]
+    dst, dst_sizes = flat, sizes
+    per_layer = []  # top-down; per layer, one Block per group
+    for parent in reversed(blocks.layers):
+        indptr, indices, src_positions, src_nodes, offsets, edge_offsets = ops._slice_layer_many(
+            parent.indptr, parent.indices, dst, offsets, parent.src_nodes
+        )
+        src_sizes = _diffs(offsets)
+        src_nodes = src_nodes.split_with_sizes(src_sizes)
+        indptrs = indptr.split_with_sizes([n + 1 for n in dst_sizes])
+        edges = indices.split_with_sizes(_diffs(edge_offsets))
+        per_layer.append(
+            [Block(src_nodes=s, num_dst=n, indptr=p, indices=i) for s, n, p, i in zip(src_nodes, dst_sizes, indptrs, edges)]
+        )
+        dst, dst_sizes = src_positions, src_sizes
+    inputs = dst.split_with_sizes(dst_sizes)
+    return [
+        Blocks(layers=tuple(layer[k] for layer in reversed(per_layer)), input_positions=inputs[k])
+        for k in range(len(sizes))
+    ]
+
+
+def _diffs(offsets: list[int]) -> list[int]:
+    return [b - a for a, b in zip(offsets, offsets[1:])]
 
 
 def check_blocks(blocks: Any) -> None:

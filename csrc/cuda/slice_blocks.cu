@@ -1,9 +1,12 @@
-// CUDA kernel of cherry::slice_layer (contract: cherry/ops/reference_sampling.py::slice_layer).
-// Edges are gathered by per-edge threads; the first appearance of every reached parent source is an
-// atomic min over a dense array of the parent's sources, and sorting the reached ones by it gives
-// the sources in first-appearance order without any sequential pass.
+// CUDA kernels of cherry::slice_layer and cherry::slice_layer_many (contracts:
+// cherry/ops/reference_sampling.py). Edges are gathered by per-edge threads; the first appearance of
+// every reached parent source is an atomic min over a dense array of the parent's sources, and
+// sorting the reached ones by it gives the sources in first-appearance order without any sequential
+// pass. slice_layer_many runs slice_layer once per group on the host and concatenates: simple and
+// exact; K launches of a few kernels each are cheap next to the micro-batches' own compute.
 // Per-op ATen headers instead of <ATen/ATen.h>: the same API, a fraction of the parse time under nvcc.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
@@ -17,6 +20,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 namespace {
 
@@ -99,6 +103,47 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> slice_layer_cuda(
   return {sub_indptr, local.index_select(0, edges), src_positions};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>, std::vector<int64_t>>
+slice_layer_many_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& dst,
+                      at::IntArrayRef group_offsets, const at::Tensor& parent_src_nodes) {
+  TORCH_CHECK(parent_src_nodes.scalar_type() == at::kLong && parent_src_nodes.dim() == 1,
+              "slice_layer_many: parent_src_nodes must be a one-dimensional int64 tensor");
+  TORCH_CHECK(indptr.device() == dst.device() && indices.device() == dst.device() &&
+                  parent_src_nodes.device() == dst.device(),
+              "slice_layer_many: all tensors must be on one device");
+  TORCH_CHECK(dst.scalar_type() == at::kLong && dst.dim() == 1,
+              "slice_layer_many: dst_positions must be a one-dimensional int64 tensor");
+  TORCH_CHECK(!group_offsets.empty(), "slice_layer_many: group_offsets must have at least one entry");
+  const int64_t num_groups = static_cast<int64_t>(group_offsets.size()) - 1;
+  TORCH_CHECK(group_offsets[0] == 0 && group_offsets[num_groups] == dst.numel(),
+              "slice_layer_many: group_offsets must run from 0 to ", dst.numel());
+  const c10::cuda::CUDAGuard guard(dst.device());
+  const int64_t num_parent_src = parent_src_nodes.numel();
+  std::vector<at::Tensor> indptrs, edges, srcs;
+  std::vector<int64_t> src_offsets{0}, edge_offsets{0};
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t n = group_offsets[g + 1] - group_offsets[g];
+    TORCH_CHECK(n >= 0, "slice_layer_many: group_offsets must be non-decreasing");
+    auto out = slice_layer_cuda(indptr, indices, dst.narrow(0, group_offsets[g], n), num_parent_src);
+    indptrs.push_back(std::get<0>(out));
+    edges.push_back(std::get<1>(out));
+    srcs.push_back(std::get<2>(out));
+    edge_offsets.push_back(edge_offsets.back() + edges.back().numel());
+    src_offsets.push_back(src_offsets.back() + srcs.back().numel());
+  }
+  const auto opts = dst.options();
+  if (num_groups == 0) {
+    const at::Tensor none = at::empty({0}, opts);
+    return {none, none.clone(), none.clone(), none.clone(), src_offsets, edge_offsets};
+  }
+  const at::Tensor src_positions = at::cat(srcs);
+  return {at::cat(indptrs), at::cat(edges), src_positions, parent_src_nodes.index_select(0, src_positions),
+          src_offsets, edge_offsets};
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(cherry, CUDA, m) { m.impl("slice_layer", &slice_layer_cuda); }
+TORCH_LIBRARY_IMPL(cherry, CUDA, m) {
+  m.impl("slice_layer", &slice_layer_cuda);
+  m.impl("slice_layer_many", &slice_layer_many_cuda);
+}

@@ -9,6 +9,7 @@ import torch
 
 from cherry.data.graph import Graph
 from cherry.ops import extension_available, extension_status, sample_neighbors, slice_layer
+from cherry.ops.sampling import slice_layer_many
 from cherry.ops import reference_sampling as ref
 
 DEVICES = [
@@ -237,3 +238,131 @@ def test_slice_layer_rejects_bad_input():
         slice_layer(indptr, indices, torch.tensor([1.0]), 4)
     got = slice_layer(indptr, indices, torch.tensor([1, 0]), 4)
     assert [t.tolist() for t in got] == [[0, 1, 3], [1, 2, 3], [1, 0, 2, 3]]
+
+
+def random_groups(gen: torch.Generator, n: int, k: int) -> tuple[torch.Tensor, list[int]]:
+    """A random order of ``range(n)`` cut into ``k`` non-empty groups: (positions, K + 1 offsets)."""
+    order = torch.randperm(n, generator=gen)
+    cuts = sorted(torch.randperm(n - 1, generator=gen)[: k - 1].add(1).tolist()) if k > 1 else []
+    return order, [0, *cuts, n]
+
+
+def assert_many_equal(got, want):
+    assert len(got) == len(want) == 6
+    for a, b in zip(got[:4], want[:4]):
+        assert torch.equal(a.cpu(), b.cpu()), (a, b)
+    assert list(got[4]) == list(want[4]) and list(got[5]) == list(want[5])
+
+
+def check_many_contract(indptr, indices, dst, offsets, src_nodes, out):
+    """slice_layer_many is each group's slice_layer, concatenated, plus the gather of global ids."""
+    sub_indptr, sub_indices, src_positions, got_nodes, src_offsets, edge_offsets = out
+    assert torch.equal(got_nodes, src_nodes[src_positions])
+    for g in range(len(offsets) - 1):
+        one = ref.slice_layer(indptr, indices, dst[offsets[g] : offsets[g + 1]], src_nodes.numel())
+        assert torch.equal(sub_indptr[offsets[g] + g : offsets[g + 1] + g + 1], one[0])
+        assert torch.equal(sub_indices[edge_offsets[g] : edge_offsets[g + 1]], one[1])
+        assert torch.equal(src_positions[src_offsets[g] : src_offsets[g + 1]], one[2])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_slice_layer_many_native_equals_reference(native, device):
+    gen = torch.Generator().manual_seed(11)
+    for g, seeds, random_seed in random_cases(seed=8, count=40):
+        indptr, indices, src = ref.sample_neighbors(g.indptr, g.indices, seeds, 3, random_seed)
+        n = seeds.numel()
+        nodes = src * 7 + 3  # global ids distinct from positions, so the gather is checked
+        for k in sorted({1, n, int(torch.randint(1, n + 1, (1,), generator=gen))}):  # K = n: one seed each
+            dst, offsets = random_groups(gen, n, k)
+            want = ref.slice_layer_many(indptr, indices, dst, offsets, nodes)
+            check_many_contract(indptr, indices, dst, offsets, nodes, want)
+            got = native.slice_layer_many(*to(device, indptr, indices, dst), offsets, nodes.to(device))
+            assert_many_equal(got, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_slice_layer_many_overlapping_groups_and_two_layers(native, device):
+    # Two sampled layers; the lower layer's groups are the upper layer's per-group sources, which
+    # overlap across groups (shared neighbours) exactly as in slice_blocks_many.
+    gen = torch.Generator().manual_seed(12)
+    g = random_graph(gen, 300, 3000)
+    seeds = torch.randperm(300, generator=gen)[:60]
+    top = ref.sample_neighbors(g.indptr, g.indices, seeds, 5, 1)
+    bottom = ref.sample_neighbors(g.indptr, g.indices, top[2], 4, 2)
+    for k in (1, 2, 7, 60):
+        dst, offsets = random_groups(gen, 60, k)
+        upper = ref.slice_layer_many(top[0], top[1], dst, offsets, top[2])
+        lower_dst, lower_offsets = upper[2], upper[4]
+        assert torch.unique(lower_dst).numel() < lower_dst.numel() or k == 1  # shared sources
+        want = ref.slice_layer_many(bottom[0], bottom[1], lower_dst, lower_offsets, bottom[2])
+        check_many_contract(bottom[0], bottom[1], lower_dst, lower_offsets, bottom[2], want)
+        got = native.slice_layer_many(*to(device, bottom[0], bottom[1], lower_dst), lower_offsets, bottom[2].to(device))
+        assert_many_equal(got, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_slice_layer_many_empty_groups_in_the_raw_op(native, device):
+    # The public wrapper refuses empty groups; the raw op still handles them (K = 0 included).
+    indptr, indices, nodes = torch.tensor([0, 2, 3, 3]), torch.tensor([2, 3, 0]), torch.tensor([10, 11, 12, 13])
+    for dst, offsets in [(torch.tensor([1, 0]), [0, 0, 2, 2]), (torch.tensor([], dtype=torch.int64), [0]),
+                         (torch.tensor([2]), [0, 1])]:
+        want = ref.slice_layer_many(indptr, indices, dst, offsets, nodes)
+        got = native.slice_layer_many(*to(device, indptr, indices, dst), offsets, nodes.to(device))
+        assert_many_equal(got, want)
+
+
+def test_slice_layer_many_parallel_path_equals_reference(native):
+    # Enough edges (>= 2**20) for the CPU kernel to run groups on threads, then compact their sources.
+    gen = torch.Generator().manual_seed(13)
+    num_dst, deg, num_src = 3000, 400, 50000
+    indptr = torch.arange(0, (num_dst + 1) * deg, deg)
+    indices = torch.randint(0, num_src, (num_dst * deg,), generator=gen)
+    indices[:num_dst] = torch.arange(num_dst)  # destinations are also sources
+    nodes = torch.randperm(num_src, generator=gen)
+    dst, offsets = random_groups(gen, num_dst, 5)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        got = native.slice_layer_many(indptr, indices, dst, offsets, nodes)
+    finally:
+        torch.set_num_threads(threads)
+    assert_many_equal(got, ref.slice_layer_many(indptr, indices, dst, offsets, nodes))
+
+
+def test_slice_layer_many_map_is_clean_after_an_error(native):
+    # A bad parent index aborts mid-group; the reused scratch map must not remember that group.
+    indptr, indices, nodes = torch.tensor([0, 2, 4]), torch.tensor([1, 2, 0, 9]), torch.arange(4)
+    with pytest.raises(RuntimeError, match="out of range"):
+        native.slice_layer_many(indptr, indices, torch.tensor([0, 1]), [0, 2], nodes)
+    good = torch.tensor([0, 2, 3, 1])
+    for dst in (torch.tensor([0]), torch.tensor([1, 0])):
+        got = native.slice_layer_many(indptr, good, dst, [0, dst.numel()], nodes)
+        assert_many_equal(got, ref.slice_layer_many(indptr, good, dst, [0, dst.numel()], nodes))
+    with pytest.raises(RuntimeError, match="distinct within a group"):
+        native.slice_layer_many(indptr, good, torch.tensor([1, 1]), [0, 2], nodes)
+    got = native.slice_layer_many(indptr, good, torch.tensor([1, 0]), [0, 1, 2], nodes)
+    assert_many_equal(got, ref.slice_layer_many(indptr, good, torch.tensor([1, 0]), [0, 1, 2], nodes))
+
+
+def test_slice_layer_many_rejects_bad_input():
+    indptr, indices, nodes = torch.tensor([0, 2, 3]), torch.tensor([2, 3, 0]), torch.arange(4)
+    with pytest.raises(ValueError, match="every group non-empty"):
+        slice_layer_many(indptr, indices, torch.tensor([1, 0]), [0, 0, 2], nodes)
+    with pytest.raises(ValueError, match="every group non-empty"):
+        slice_layer_many(indptr, indices, torch.tensor([1, 0]), [0, 1], nodes)
+    with pytest.raises(ValueError, match="K \\+ 1 >= 2 entries"):
+        slice_layer_many(indptr, indices, torch.tensor([1]), [0], nodes)
+    with pytest.raises(ValueError, match=r"dst_positions must lie in \[0, 2\)"):
+        slice_layer_many(indptr, indices, torch.tensor([2]), [0, 1], nodes)
+    with pytest.raises(ValueError, match="duplicates within a group"):
+        slice_layer_many(indptr, indices, torch.tensor([1, 1]), [0, 2], nodes)
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 3\)"):
+        slice_layer_many(indptr, indices, torch.tensor([1]), [0, 1], nodes[:3])
+    with pytest.raises(TypeError, match="group_offsets must be a list of ints"):
+        slice_layer_many(indptr, indices, torch.tensor([1]), torch.tensor([0, 1]), nodes)
+    with pytest.raises(ValueError, match="parent_src_nodes must have dtype"):
+        slice_layer_many(indptr, indices, torch.tensor([1]), [0, 1], nodes.float())
+    # The same position in two groups is allowed (a lower layer's groups share sources).
+    got = slice_layer_many(indptr, indices, torch.tensor([1, 0, 1]), [0, 2, 3], nodes)
+    assert [t.tolist() for t in got[:4]] == [[0, 1, 3, 0, 1], [1, 2, 3, 1], [1, 0, 2, 3, 1, 0], [1, 0, 2, 3, 1, 0]]
+    assert got[4] == [0, 4, 6] and got[5] == [0, 3, 4]

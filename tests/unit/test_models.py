@@ -350,7 +350,12 @@ def test_cuda_matches_cpu(model, aggr):
     blocks = random_blocks(torch.Generator().manual_seed(16), 20, [4, 4])
     spec, net = make(model, aggr)
     x = features(blocks, spec.in_dim)
-    with torch.no_grad():
-        expected = net(blocks, x)
-        out = net.to("cuda")(blocks.to("cuda"), x.to("cuda"))
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False  # exact float32 math
+    try:
+        with torch.no_grad():
+            expected = net(blocks, x)
+            out = net.to("cuda")(blocks.to("cuda"), x.to("cuda"))
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
     torch.testing.assert_close(out.cpu(), expected, atol=1e-4, rtol=1e-4)

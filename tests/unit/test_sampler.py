@@ -8,7 +8,7 @@ import torch
 from cherry.data.graph import Graph
 from cherry.ops import reference
 from cherry.ops import sampling as ops_sampling
-from cherry.sampling import Blocks, NeighborSampler, check_blocks, slice_blocks
+from cherry.sampling import Blocks, NeighborSampler, check_blocks, slice_blocks, slice_blocks_many
 
 
 def random_graph(seed: int, num_nodes: int = 400, num_edges: int = 5000) -> Graph:
@@ -180,6 +180,71 @@ def test_slice_blocks_rejects_bad_input():
         slice_blocks(blocks.layers, torch.tensor([1]))
 
 
+def slices_equal(a: Blocks, b: Blocks) -> bool:
+    return blocks_equal(a, b) and torch.equal(a.input_positions, b.input_positions)
+
+
+@pytest.mark.parametrize("fanouts", [(4, 3), (2, 6, -1)])
+def test_slice_blocks_many_equals_one_slice_per_group(fanouts, monkeypatch):
+    g = random_graph(9)
+    blocks = batch(g, seed=3, num_seeds=40, fanouts=fanouts)
+    gen = torch.Generator().manual_seed(4)
+    order = torch.randperm(40, generator=gen)
+    cases = [
+        [order],  # one group: the whole batch, shuffled
+        list(order.tensor_split(3)),
+        list(order.tensor_split(40)),  # K = number of seeds: single-seed groups
+        [order[:5], order[30:31], order[10:20]],  # disjoint, not covering every seed
+    ]
+    for groups in cases:
+        many = slice_blocks_many(blocks, groups)
+        assert len(many) == len(groups)
+        for grp, sub in zip(groups, many):
+            check_blocks(sub)
+            assert slices_equal(sub, slice_blocks(blocks, grp))
+            assert torch.equal(sub.seeds, blocks.seeds[grp])
+    monkeypatch.setattr(ops_sampling, "extension_available", lambda: False)  # the reference op
+    for groups in cases:
+        for grp, sub, ref_sub in zip(groups, slice_blocks_many(blocks, groups), slice_blocks_many(blocks, tuple(groups))):
+            assert slices_equal(sub, ref_sub)
+
+
+def test_slice_blocks_many_reproduces_full_computation():
+    g = random_graph(10)
+    gen = torch.Generator().manual_seed(5)
+    blocks = batch(g, seed=4, num_seeds=64, fanouts=(3, 4, 2))
+    x = torch.randn(g.num_nodes, 8, generator=gen, dtype=torch.float64)
+    weights = [(torch.randn(8, generator=gen, dtype=torch.float64), torch.randn(8, generator=gen, dtype=torch.float64)) for _ in range(3)]
+    full_out = forward(blocks, x[blocks.input_nodes], weights)
+    groups = list(torch.randperm(64, generator=gen).tensor_split(5))
+    for positions, sub in zip(groups, slice_blocks_many(blocks, groups)):
+        assert torch.equal(forward(sub, x[blocks.input_nodes][sub.input_positions], weights), full_out[positions])
+
+
+def test_slice_blocks_many_rejects_bad_input():
+    g = random_graph(7, num_nodes=50, num_edges=200)
+    blocks = batch(g, seed=0, num_seeds=10, fanouts=(2, 2))
+    ok = torch.tensor([0, 1])
+    cases = [
+        ([torch.tensor([0, 1]), torch.tensor([2, 1])], ValueError, "groups must be disjoint: seed position 1 appears 2 times"),
+        ([torch.tensor([3, 3])], ValueError, "groups must be disjoint: seed position 3 appears 2 times"),
+        ([ok, torch.tensor([], dtype=torch.int64)], ValueError, r"groups\[1\] must not be empty"),
+        ([ok, torch.tensor([10])], ValueError, r"seed positions in \[0, 10\), found values in \[0, 10\]"),
+        ([torch.tensor([-1])], ValueError, r"seed positions in \[0, 10\)"),
+        ([], ValueError, "at least one group"),
+        ([ok, torch.tensor([2], dtype=torch.int32)], ValueError, r"groups\[1\] must have dtype torch.int64"),
+        ([ok, torch.tensor([[2]])], ValueError, r"groups\[1\] must be one-dimensional"),
+        ([ok, [2]], TypeError, r"groups\[1\] must be a torch.Tensor"),
+        (torch.tensor([0, 1]), TypeError, "groups must be a list or tuple"),
+    ]
+    for groups, error, message in cases:
+        with pytest.raises(error, match=message) as info:
+            slice_blocks_many(blocks, groups)
+        assert "\n" not in str(info.value)  # one line
+    with pytest.raises(TypeError, match="blocks must be a cherry.sampling.Blocks"):
+        slice_blocks_many(blocks.layers, [ok])
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_sampler_and_slices_same_on_cuda():
@@ -192,3 +257,6 @@ def test_sampler_and_slices_same_on_cuda():
     positions = torch.randperm(100, generator=torch.Generator().manual_seed(1))[:37]
     sub_cpu, sub_gpu = slice_blocks(cpu, positions), slice_blocks(gpu, positions.cuda()).to("cpu")
     assert blocks_equal(sub_cpu, sub_gpu) and torch.equal(sub_cpu.input_positions, sub_gpu.input_positions)
+    groups = list(torch.randperm(100, generator=torch.Generator().manual_seed(2)).tensor_split(6))
+    for cpu_sub, gpu_sub in zip(slice_blocks_many(cpu, groups), slice_blocks_many(gpu, [p.cuda() for p in groups])):
+        assert slices_equal(cpu_sub, gpu_sub.to("cpu"))

@@ -96,16 +96,18 @@ def run(args: argparse.Namespace) -> int:
     ks = _parse_list(args.ks, "ks", int)
     if any(k < 1 for k in ks):
         raise ValueError(f"--ks must be positive integers, got {args.ks!r}")
-    if args.warmup < 0 or args.warmup >= args.steps + args.warmup:
+    if args.warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
     dataset = load_dataset(args.dataset, args.root)
     rank = seed_rank_for(dataset, "metis", 0)
     random_rank = torch.randperm(dataset.graph.num_nodes, generator=torch.Generator().manual_seed(args.seed))
     gen = torch.Generator().manual_seed(args.seed)
-    order = dataset.train_idx[torch.randperm(dataset.train_idx.numel(), generator=gen)]
     sampler = NeighborSampler(dataset.graph, list(args.fanouts))
-    batches = [sampler.sample(order[i * args.batch_size:(i + 1) * args.batch_size], gen)
-               for i in range(args.warmup + args.steps)]
+    seed_batches: list[torch.Tensor] = []
+    while len(seed_batches) < args.warmup + args.steps:  # small datasets: several shuffled passes
+        perm = dataset.train_idx[torch.randperm(dataset.train_idx.numel(), generator=gen)]
+        seed_batches.extend(perm.split(args.batch_size))
+    batches = [sampler.sample(seeds, gen) for seeds in seed_batches[: args.warmup + args.steps]]
     rows = []
     print(f"cherry bench engine: {args.dataset}, batch {args.batch_size}, fanouts {args.fanouts}, "
           f"hidden {args.hidden}, {args.steps} measured steps (+{args.warmup} warm-up), device {args.device}")

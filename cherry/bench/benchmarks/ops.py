@@ -4,7 +4,7 @@ On one graph and one batch of seeds (median of ``--repeats`` timed runs after on
 1. sampling ``len(fanouts)``-layer blocks: Cherry's native sampler, DGL's
    ``dgl.dataloading.NeighborSampler.sample_blocks``, PyG's ``NeighborLoader`` (when pyg-lib or
    torch-sparse exists) and Cherry's pure-PyTorch reference sampler for context;
-2. splitting the sampled batch into K micro-batches: Cherry's `slice_blocks` against rebuilding each
+2. splitting the sampled batch into K micro-batches: Cherry's `slice_blocks_many` against rebuilding each
    micro-batch's blocks with ``dgl.in_subgraph`` + ``dgl.to_block`` layer by layer (what Betty and
    Buffalo do), including turning each sampled block into a graph once per batch;
 3. mean aggregation forward + backward on the input block at ``--features`` columns: the fused
@@ -168,7 +168,7 @@ def _run(args: argparse.Namespace) -> int:
     from baselines.dgl.system import dgl_graph
     from cherry.compat import dgl_available, import_dgl, pyg_sampling_available
     from cherry.ops import csr_aggregate, extension_status
-    from cherry.sampling import NeighborSampler, slice_blocks
+    from cherry.sampling import NeighborSampler, slice_blocks_many
 
     if args.microbatches > args.batch_size:
         raise ValueError(f"--microbatches {args.microbatches} exceeds --batch-size {args.batch_size}")
@@ -214,9 +214,9 @@ def _run(args: argparse.Namespace) -> int:
     print(f"\n(2) splitting the sampled batch into K={k} micro-batches (median per batch)")
     blocks = sampler.sample(seeds, torch.Generator().manual_seed(1))
     parts = list(torch.arange(seeds.numel()).chunk(k))
-    t_slice = median_s(lambda: [slice_blocks(blocks, p) for p in parts], repeats)
-    cherry_inputs = sum(slice_blocks(blocks, p).input_nodes.numel() for p in parts)
-    print(_row("cherry slice_blocks (native)", t_slice))
+    t_slice = median_s(lambda: slice_blocks_many(blocks, parts), repeats)
+    cherry_inputs = sum(mb.input_nodes.numel() for mb in slice_blocks_many(blocks, parts))
+    print(_row("cherry slice_blocks_many (native)", t_slice))
     t_rebuild = None
     if dgl is not None:
         dgl_blocks = [dgl.create_block(("csc", (b.indptr, b.indices, torch.empty(0, dtype=torch.int64))),

@@ -1,0 +1,48 @@
+# Cherry benchmark workflow: datasets -> one process per run -> records -> table -> figures -> summary.
+#
+#   snakemake --cores all                                   default: CPU, generated data (~12 min)
+#   snakemake --cores all --configfile config/paper.yaml --profile workflow/profiles/gpu
+#   snakemake --report results/report.html                  HTML report of the figures
+#
+# The config is checked against workflow/schemas/config.schema.yaml, and every run it implies is
+# checked against the run schema, before any job runs; a bad config stops here with one line.
+import sys
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import min_version, validate
+
+from cherry.bench.experiments import describe_config_error
+
+min_version("9.0")
+
+
+# `--configfile FILE` replaces the default config instead of being merged into it, so a paper run
+# never inherits a default experiment it does not list.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
+
+try:
+    validate(config, "workflow/schemas/config.schema.yaml")
+except WorkflowError:
+    sys.exit(f"cherry workflow: {describe_config_error(config) or 'invalid config (see the schema)'}")
+
+
+include: "workflow/rules/common.smk"
+
+
+rule all:
+    input:
+        figures=figure_paths(),
+        summary="results/summary.md",
+        table="results/records/runs.csv",
+        parquet="results/records/runs.parquet",
+    default_target: True
+
+
+include: "workflow/rules/data.smk"
+include: "workflow/rules/runs.smk"
+include: "workflow/rules/records.smk"
+include: "workflow/rules/figures.smk"
+include: "workflow/rules/report.smk"

@@ -1,0 +1,375 @@
+"""The benchmark's figures, drawn from the run table (``results/records/runs.csv``) alone.
+
+    python -m cherry.bench.figures NAME --table runs.csv --png OUT.png --pdf OUT.pdf
+
+NAME is one of `FIGURES`. Every figure has one row of panels per setting ("case") found in the
+table; points are medians over repeats with 10-90 % whiskers over the pooled measured steps (time)
+or min-max over repeats (memory); out-of-memory runs are drawn as crosses, never as values. A
+figure whose experiment has no rows says so in the picture instead of failing. Files are written
+atomically; matplotlib runs headless (Agg).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from typing import Callable, Optional
+
+import numpy as np
+import pandas as pd
+
+from cherry.bench import tables as t
+
+SYSTEM_COLORS = {"cherry": "#c0392b", "full": "#222222", "dgl": "#2471a3", "pyg": "#17a2b8",
+                 "naive": "#7f8c8d", "betty": "#229954", "buffalo": "#d68910"}
+MARKERS = {"cherry": "o", "full": "s", "dgl": "D", "pyg": "P", "naive": "v", "betty": "^", "buffalo": "<"}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _grid(nrows: int, ncols: int, width: float = 4.6, height: float = 3.4):
+    plt = _plt()
+    fig, axes = plt.subplots(max(nrows, 1), ncols, figsize=(width * ncols, height * max(nrows, 1)), squeeze=False)
+    return fig, axes
+
+
+def _empty(title: str, why: str):
+    fig, axes = _grid(1, 1)
+    axes[0][0].axis("off")
+    axes[0][0].text(0.5, 0.5, f"{title}\n\n{why}", ha="center", va="center")
+    return fig
+
+
+def _style(system: str) -> dict:
+    return {"color": SYSTEM_COLORS.get(system, "#8e44ad"), "marker": MARKERS.get(system, "o")}
+
+
+def _series(rows: pd.DataFrame):
+    """(system, k, label, rows) per system and K, in the table's order."""
+    for (system, k), group in rows.groupby(["system", "k"], sort=False):
+        yield system, k, t.system_label(system, k), group
+
+
+def _errorbar(ax, xs, stats, **kwargs) -> None:
+    pts = [(x, s) for x, s in zip(xs, stats) if s is not None]
+    if not pts:
+        return
+    x = [p[0] for p in pts]
+    y = np.array([p[1][0] for p in pts])
+    err = np.array([[p[1][0] - p[1][1] for p in pts], [p[1][2] - p[1][0] for p in pts]])
+    ax.errorbar(x, y, yerr=np.clip(err, 0, None), capsize=3, **kwargs)
+
+
+def _mib(stats):
+    return None if stats is None else tuple(v / t.MIB for v in stats)
+
+
+def _plain_log_labels(ax) -> None:
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _log2_axis(ax, values) -> None:
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(int(v) for v in values))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(v) for v in ticks])
+    ax.minorticks_off()
+
+
+def draw_memory_wall(frame: pd.DataFrame):
+    rows = frame[frame["experiment"] == "memory_wall"]
+    if rows.empty:
+        return _empty("Memory wall", "no memory_wall runs in the table")
+    rows = rows.assign(wall_case=[t.case_label(r, t.CASE_COLUMNS[:-1]) for _, r in rows.iterrows()])
+    cases = list(dict.fromkeys(rows["wall_case"]))
+    fig, axes = _grid(len(cases), 2, width=5.4)
+    for i, case in enumerate(cases):
+        group, ax, bar_ax = rows[rows["wall_case"] == case], axes[i][0], axes[i][1]
+        capacity = group["device_memory_bytes"].dropna()
+        cap_mib = float(capacity.iloc[0]) / t.MIB if len(capacity) else None
+        for system, k, label, series in _series(group):
+            batches = sorted(int(b) for b in series["batch_size"].unique())
+            stats = [_mib(t.column_stats(series[series["batch_size"] == b], "peak_tracked_bytes")) for b in batches]
+            _errorbar(ax, batches, stats, label=label, **_style(system))
+            for b in batches:
+                sub = series[series["batch_size"] == b]
+                if t.statuses(sub) == "oom" and cap_mib is not None:
+                    ax.scatter([b], [cap_mib], marker="x", s=80, color=_style(system)["color"], zorder=5)
+                if k == "auto" and t.statuses(sub) == "ok":
+                    kk = t.column_stats(sub, "num_microbatches_max")
+                    s = t.column_stats(sub, "peak_tracked_bytes")
+                    if kk and s:
+                        ax.annotate(f"K={int(kk[0])}", (b, s[0] / t.MIB), textcoords="offset points",
+                                    xytext=(4, -12), fontsize=7, color=_style(system)["color"])
+        if cap_mib is not None:
+            ax.axhline(cap_mib, ls="--", color="#555555", lw=1, label=f"capacity {cap_mib:.0f} MiB (x: out of memory)")
+        _log2_axis(ax, group["batch_size"])
+        ax.set_xlabel("logical batch size (seeds)")
+        ax.set_ylabel("peak tensor memory (MiB)")
+        ax.set_title(case, fontsize=9)
+        ax.legend(fontsize=7)
+        wall = t.largest_trainable_batch(group.drop(columns=["wall_case"]))
+        labels = [t.system_label(s, k) for s, k in zip(wall["system"], wall["k"])]
+        values = [0 if pd.isna(v) or v is None else int(v) for v in wall["largest_ok_batch"]]
+        bars = bar_ax.barh(labels, values, color=[_style(s)["color"] for s in wall["system"]])
+        for bar, v in zip(bars, values):
+            bar_ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v}", va="center", fontsize=8)
+        bar_ax.set_xlabel("largest trainable batch size")
+        bar_ax.set_title("largest batch that fits (0: none)", fontsize=9)
+        bar_ax.invert_yaxis()
+    return fig
+
+
+def _by_case(rows: pd.DataFrame):
+    for case in dict.fromkeys(rows["case"]):
+        yield case, rows[rows["case"] == case]
+
+
+def _k_lines(frame: pd.DataFrame, experiment: str, title: str, ylabel: str,
+             value: Callable[[pd.DataFrame], Optional[tuple]], reference_line: bool, yline: Optional[float] = None):
+    rows = frame[frame["experiment"] == experiment]
+    if rows.empty:
+        return _empty(title, f"no {experiment} runs in the table")
+    cases = list(_by_case(rows))
+    fig, axes = _grid(len(cases), 1, width=6.4)
+    for i, (case, group) in enumerate(cases):
+        ax = axes[i][0]
+        ks = [int(k) for k in group["k"] if k.isdigit()]
+        for system, series in group.groupby("system", sort=False):
+            series = series[series["k"].str.isdigit()]
+            if series.empty:
+                continue
+            if system in ("full", "dgl", "pyg"):
+                stats = value(series)
+                if reference_line and stats is not None:
+                    color = _style(system)["color"]
+                    ax.axhline(stats[0], color=color, lw=1.2, label=f"{system} (K=1)")
+                    ax.axhspan(stats[1], stats[2], color=color, alpha=0.1)
+                continue
+            xs = sorted(set(int(v) for v in series["k"]))
+            _errorbar(ax, xs, [value(series[series["k"] == str(x)]) for x in xs], label=system, **_style(system))
+        if yline is not None:
+            ax.axhline(yline, color="#999999", lw=0.8, ls=":")
+        if ks:
+            _log2_axis(ax, ks)
+        ax.set_xlabel("micro-batches K")
+        ax.set_ylabel(ylabel)
+        ax.set_title(case, fontsize=9)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def draw_microbatch_cost(frame: pd.DataFrame):
+    return _k_lines(frame, "microbatch_cost", "Cost of micro-batching", "step time (s)", t.step_time_stats, True)
+
+
+def draw_redundancy(frame: pd.DataFrame):
+    return _k_lines(frame, "microbatch_cost", "Redundancy", "input-layer redundancy",
+                    lambda rows: t.column_stats(rows, "redundancy_input"), False, yline=1.0)
+
+
+def draw_breakdown(frame: pd.DataFrame):
+    rows = frame[frame["experiment"] == "breakdown"]
+    if rows.empty:
+        return _empty("Time breakdown", "no breakdown runs in the table")
+    cases = list(_by_case(rows))
+    fig, axes = _grid(len(cases), 1, width=7.0)
+    colors = _plt().get_cmap("tab10")
+    for i, (case, group) in enumerate(cases):
+        ax = axes[i][0]
+        labels, medians = [], []
+        for system, k, label, series in _series(group):
+            if t.statuses(series) == "ok":
+                labels.append(label)
+                medians.append(t.phase_medians(series))
+        bottom = np.zeros(len(labels))
+        for j, phase in enumerate(t.PHASES):
+            heights = np.array([m[phase] for m in medians])
+            ax.bar(labels, heights, bottom=bottom, label=phase, color=colors(j))
+            bottom += heights
+        ax.set_ylabel("median seconds per step")
+        ax.set_title(case, fontsize=9)
+        ax.legend(fontsize=7, ncol=2)
+        ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    return fig
+
+
+def _epoch_curve(series: pd.DataFrame, column: str) -> list[float]:
+    curves = [list(v) for v in t.ok_rows(series)[column] if len(v)]
+    if not curves:
+        return []
+    n = min(len(c) for c in curves)
+    return [float(np.median([c[e] for c in curves if c[e] is not None] or [np.nan])) for e in range(n)]
+
+
+def draw_convergence(frame: pd.DataFrame):
+    rows = frame[frame["experiment"] == "convergence"]
+    if rows.empty:
+        return _empty("Convergence", "no convergence runs in the table")
+    cases = list(_by_case(rows))
+    fig, axes = _grid(len(cases), 2, width=5.2)
+    for i, (case, group) in enumerate(cases):
+        for system, k, label, series in _series(group):
+            style = {**_style(system), "markersize": 4, "alpha": 0.85}
+            for ax, column in ((axes[i][0], "epoch_valid_acc"), (axes[i][1], "epoch_losses")):
+                curve = _epoch_curve(series, column)
+                if curve:
+                    ax.plot(range(1, len(curve) + 1), curve, label=label, **style)
+        axes[i][0].set_ylabel("validation accuracy")
+        axes[i][1].set_ylabel("training loss (epoch mean)")
+        for ax in axes[i]:
+            ax.set_xlabel("epoch")
+            ax.set_title(case, fontsize=9)
+        axes[i][0].legend(fontsize=7)
+    return fig
+
+
+def _axis_value(row, axis: str):
+    return {"aggr": t.model_label(row), "layers": int(row["layers"]), "hidden": int(row["hidden"]),
+            "fanout": str(row["fanouts"])}[axis]
+
+
+def draw_sensitivity(frame: pd.DataFrame):
+    rows = frame[frame["experiment"] == "sensitivity"]
+    if rows.empty:
+        return _empty("Sensitivity", "no sensitivity runs in the table")
+    axes_names = [a for a in ("aggr", "layers", "hidden", "fanout") if a in set(rows["axis"])]
+    datasets = list(dict.fromkeys(rows["dataset"]))
+    fig, axes = _grid(2 * len(datasets), len(axes_names), width=4.0)
+    for d, dataset in enumerate(datasets):
+        for j, axis in enumerate(axes_names):
+            group = rows[(rows["dataset"] == dataset) & (rows["axis"] == axis)]
+            group = group.assign(value=[_axis_value(r, axis) for _, r in group.iterrows()])
+            values = list(dict.fromkeys(group["value"]))
+            time_ax, mem_ax = axes[2 * d][j], axes[2 * d + 1][j]
+            for system, k, label, series in _series(group):
+                xs = list(range(len(values)))
+                subs = [series[series["value"] == v] for v in values]
+                _errorbar(time_ax, xs, [t.step_time_stats(s) for s in subs], label=label, **_style(system))
+                _errorbar(mem_ax, xs, [_mib(t.column_stats(s, "peak_tracked_bytes")) for s in subs], label=label,
+                          **_style(system))
+                for x, s in zip(xs, subs):
+                    if t.statuses(s) == "oom":
+                        time_ax.scatter([x], [0], marker="x", color=_style(system)["color"])
+            budget = group[group["system"] == "cherry"]["budget_bytes"].dropna()
+            if len(budget):
+                mem_ax.axhline(float(budget.iloc[0]) / t.MIB, ls="--", color="#555555", lw=1, label="cherry budget")
+            for ax in (time_ax, mem_ax):
+                ax.set_xticks(range(len(values)))
+                ax.set_xticklabels([str(v) for v in values])
+                ax.set_xlabel(axis)
+            time_ax.set_title(f"{dataset}: {axis}", fontsize=9)
+            time_ax.set_ylabel("step time (s)")
+            mem_ax.set_ylabel("peak tensor memory (MiB)")
+            mem_ax.set_yscale("log")
+            _plain_log_labels(mem_ax)
+        axes[2 * d][0].legend(fontsize=7)
+        axes[2 * d + 1][0].legend(fontsize=7)
+    return fig
+
+
+def draw_ablation(frame: pd.DataFrame):
+    rows = frame[frame["experiment"] == "ablation"]
+    if rows.empty:
+        return _empty("Ablation", "no ablation runs in the table")
+    rows = rows.assign(case=[f"{c} K={k}" for c, k in zip(rows["case"], rows["k"])])
+    cases = list(_by_case(rows))
+    fig, axes = _grid(len(cases), 3, width=4.6, height=3.8)
+    panels = (("step time (s)", t.step_time_stats), ("peak tensor memory (MiB)",
+              lambda s: _mib(t.column_stats(s, "peak_tracked_bytes"))),
+              ("input-layer redundancy", lambda s: t.column_stats(s, "redundancy_input")))
+    for i, (case, group) in enumerate(cases):
+        variants = list(dict.fromkeys(group["variant"]))
+        for j, (ylabel, value) in enumerate(panels):
+            ax = axes[i][j]
+            stats = [value(group[group["variant"] == v]) for v in variants]
+            heights = [s[0] if s else 0.0 for s in stats]
+            err = np.array([[s[0] - s[1] if s else 0 for s in stats], [s[2] - s[0] if s else 0 for s in stats]])
+            colors = ["#c0392b" if v == "all on" else "#e6b0aa" for v in variants]
+            ax.bar(range(len(variants)), heights, yerr=np.clip(err, 0, None), capsize=3, color=colors)
+            ax.set_xticks(range(len(variants)))
+            ax.set_xticklabels(variants, rotation=35, ha="right", fontsize=7)
+            ax.set_ylabel(ylabel)
+            ax.set_title(case, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def draw_estimator(frame: pd.DataFrame):
+    rows = t.estimator_rows(frame)
+    if rows.empty:
+        return _empty("Memory estimator", "no cherry training-only runs with an estimated and a measured peak")
+    fig, axes = _grid(1, 1, width=5.6, height=4.8)
+    ax = axes[0][0]
+    colors = _plt().get_cmap("tab10")
+    for j, (experiment, group) in enumerate(rows.groupby("experiment", sort=False)):
+        ax.scatter(group["peak_tracked_bytes"] / t.MIB, group["estimated_peak_bytes"] / t.MIB, s=18,
+                   color=colors(j), label=experiment, alpha=0.8)
+    lo = float(min(rows["peak_tracked_bytes"].min(), rows["estimated_peak_bytes"].min())) / t.MIB
+    hi = float(max(rows["peak_tracked_bytes"].max(), rows["estimated_peak_bytes"].max())) / t.MIB
+    ax.plot([lo / 1.5, hi * 1.5], [lo / 1.5, hi * 1.5], ls="--", color="#555555", lw=1, label="y = x")
+    rel = ((rows["estimated_peak_bytes"] - rows["peak_tracked_bytes"]).abs() / rows["peak_tracked_bytes"]).median()
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log_labels(ax)
+    ax.set_xlabel("measured peak tensor memory of the run (MiB)")
+    ax.set_ylabel("estimated peak of the largest micro-batch (MiB)")
+    ax.set_title(f"{len(rows)} cherry runs (no evaluation); median |estimated - measured| / measured = {rel:.2f}", fontsize=9)
+    ax.legend(fontsize=7)
+    return fig
+
+
+FIGURES: dict[str, Callable[[pd.DataFrame], object]] = {
+    "memory_wall": draw_memory_wall, "microbatch_cost": draw_microbatch_cost, "redundancy": draw_redundancy,
+    "breakdown": draw_breakdown, "convergence": draw_convergence, "sensitivity": draw_sensitivity,
+    "ablation": draw_ablation, "estimator": draw_estimator,
+}
+
+
+def render(name: str, frame: pd.DataFrame, png: Optional[str], pdf: Optional[str]) -> None:
+    """Draw figure ``name`` from ``frame`` and write it (atomically) as PNG and/or PDF."""
+    from cherry.io import write_bytes_atomic
+
+    if name not in FIGURES:
+        raise ValueError(f"unknown figure {name!r}; expected one of: {', '.join(FIGURES)}")
+    fig = FIGURES[name](frame)
+    if not fig.get_tight_layout():
+        fig.tight_layout()
+    for path, fmt in ((png, "png"), (pdf, "pdf")):
+        if path:
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=fmt, dpi=130)
+            write_bytes_atomic(path, buffer.getvalue())
+    _plt().close(fig)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cherry.bench.figures", description="draw one figure")
+    parser.add_argument("name", choices=sorted(FIGURES))
+    parser.add_argument("--table", required=True, help="results/records/runs.csv")
+    parser.add_argument("--png", default=None)
+    parser.add_argument("--pdf", default=None)
+    args = parser.parse_args(argv)
+    if not args.png and not args.pdf:
+        parser.error("give --png and/or --pdf")
+    try:
+        frame = t.load_table(args.table)
+    except ValueError as exc:
+        print(f"cherry.bench.figures: {exc}", file=sys.stderr)
+        return 2
+    render(args.name, frame, args.png, args.pdf)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""The headline numbers of a workflow run, as Markdown (``results/summary.md``).
+
+    python -m cherry.bench.summary --table runs.csv --out summary.md [VERIFY.txt ...]
+
+From the run table: per-step speedup of cherry over Betty and Buffalo (same case, same K), memory
+reduction over plain mini-batch training (full, DGL), the largest trainable batch per system under the
+memory wall's capacity, the estimator's error, convergence and ablation tables, and every run that did
+not finish ok. From the outputs of `cherry verify` (one text file per check): the gradient-equivalence
+error. Ratios use medians of measured steps (warm-up excluded) pooled over repeats; a missing or
+failed run leaves its cell as "-".
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from cherry.bench import tables as t
+
+VERIFY_LINE = re.compile(r"K=(?P<k>\d+) vs K=1 on (?P<seeds>\d+) seeds: largest relative difference "
+                         r"(?P<rel>\S+) \((?P<verdict>within|ABOVE) tolerance (?P<tol>\S+)\)")
+
+
+def parse_verify(text: str) -> dict:
+    """The verdict line of `cherry verify` as numbers (ValueError if the text has none)."""
+    match = None
+    for line in text.splitlines():
+        match = VERIFY_LINE.search(line) or match
+    if match is None:
+        raise ValueError("no 'K=.. vs K=1 on .. seeds: largest relative difference ..' line in the verify output")
+    abs_diffs = []
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) == 3:
+            try:
+                abs_diffs.append(float(parts[1]))
+            except ValueError:
+                pass
+    return {"k": int(match["k"]), "seeds": int(match["seeds"]), "max_rel_diff": float(match["rel"]),
+            "max_abs_diff": max(abs_diffs) if abs_diffs else None, "tolerance": float(match["tol"]),
+            "within": match["verdict"] == "within"}
+
+
+def _fmt(value: Optional[float], digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    if not rows:
+        return ["(no runs)", ""]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def _median_time(rows: pd.DataFrame) -> Optional[float]:
+    stats = t.step_time_stats(rows)
+    return stats[0] if stats else None
+
+
+def _median_peak_mib(rows: pd.DataFrame) -> Optional[float]:
+    stats = t.column_stats(rows, "peak_tracked_bytes")
+    return stats[0] / t.MIB if stats else None
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a / b if a is not None and b else None
+
+
+def _geomean(values: list[Optional[float]]) -> Optional[float]:
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def speedup_section(frame: pd.DataFrame) -> list[str]:
+    rows = frame[frame["experiment"].isin(["microbatch_cost", "breakdown"])]
+    out, ratios = [], {"betty": [], "buffalo": [], "naive": []}
+    for (experiment, case, k), group in rows.groupby(["experiment", "case", "k"], sort=False):
+        if k in ("1", "auto") or "cherry" not in set(group["system"]):
+            continue
+        times = {s: _median_time(group[group["system"] == s]) for s in ("cherry", "betty", "buffalo", "naive")}
+        cells = [experiment, case, k] + [_fmt(times[s]) for s in times]
+        for s in ("betty", "buffalo", "naive"):
+            r = _ratio(times[s], times["cherry"])
+            ratios[s].append(r)
+            cells.append(_fmt(r))
+        out.append(cells)
+    head = ["## Step time: cherry vs Betty, Buffalo and naive micro-batching (same batch, same K)", ""]
+    summary = ", ".join(f"{s} / cherry = {_fmt(_geomean(v))}" for s, v in ratios.items())
+    head += [f"Geometric mean over the rows below: {summary} (> 1: cherry is faster per step).", ""]
+    return head + _table(["experiment", "case", "K", "cherry s", "betty s", "buffalo s", "naive s", "betty/cherry",
+                          "buffalo/cherry", "naive/cherry"], out)
+
+
+def memory_section(frame: pd.DataFrame) -> list[str]:
+    rows = frame[frame["experiment"].isin(["microbatch_cost", "breakdown", "sensitivity"])]
+    out = []
+    for (experiment, case), group in rows.groupby(["experiment", "case"], sort=False):
+        refs = {s: _median_peak_mib(group[group["system"] == s]) for s in ("full", "dgl")}
+        for k, sub in group[group["system"] == "cherry"].groupby("k", sort=False):
+            mine = _median_peak_mib(sub)
+            out.append([experiment, case, k, _fmt(refs["full"]), _fmt(refs["dgl"]), _fmt(mine),
+                        _fmt(_ratio(refs["full"], mine)), _fmt(_ratio(refs["dgl"], mine))])
+    head = ["## Peak memory: plain mini-batch (full, DGL) vs cherry", "",
+            "Peak tensor memory in MiB; reduction = plain / cherry (> 1: cherry needs less).", ""]
+    return head + _table(["experiment", "case", "cherry K", "full MiB", "dgl MiB", "cherry MiB", "full/cherry",
+                          "dgl/cherry"], out)
+
+
+def wall_section(frame: pd.DataFrame) -> list[str]:
+    wall = t.largest_trainable_batch(frame[frame["experiment"] == "memory_wall"])
+    out = [[r.case, r.system, r.k, "-" if pd.isna(r.largest_ok_batch) else int(r.largest_ok_batch),
+            "-" if pd.isna(r.smallest_oom_batch) else int(r.smallest_oom_batch),
+            _fmt(None if pd.isna(r.device_memory_bytes) else r.device_memory_bytes / t.MIB, 4)]
+           for r in wall.itertuples()]
+    return ["## Largest trainable batch under the memory wall", ""] + _table(
+        ["case", "system", "K", "largest ok batch", "smallest OOM batch", "capacity MiB"], out)
+
+
+def verify_section(paths: list[str]) -> list[str]:
+    out = []
+    for path in paths:
+        name = Path(path).stem
+        try:
+            v = parse_verify(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            out.append([name, "-", "-", "-", "-", f"unreadable: {exc}"])
+            continue
+        out.append([name, v["k"], v["seeds"], _fmt(v["max_rel_diff"]), _fmt(v["max_abs_diff"]),
+                    f"{'within' if v['within'] else 'ABOVE'} {v['tolerance']:g}"])
+    return ["## Gradient equivalence (`cherry verify`: K micro-batches vs the whole batch)", ""] + _table(
+        ["check", "K", "seeds", "largest relative difference", "largest absolute difference", "tolerance"], out)
+
+
+def estimator_section(frame: pd.DataFrame) -> list[str]:
+    rows = t.estimator_rows(frame)
+    if rows.empty:
+        return ["## Memory estimator", "", "(no cherry runs with an estimate)", ""]
+    rel = ((rows["estimated_peak_bytes"] - rows["peak_tracked_bytes"]).abs() / rows["peak_tracked_bytes"])
+    inner = rows["estimator_median_rel_error"].dropna()
+    return ["## Memory estimator", "",
+            f"{len(rows)} cherry runs without evaluation: median |estimated - measured| / measured peak = {_fmt(rel.median())} "
+            f"(largest micro-batch estimate vs the run's peak); per-micro-batch median error reported by the "
+            f"runs: {_fmt(inner.median() if len(inner) else None)}.", ""]
+
+
+def _last_epoch(rows: pd.DataFrame, column: str) -> Optional[float]:
+    """Median over the ok repeats of the last epoch's value of a per-epoch column."""
+    values = [list(v)[-1] for v in t.ok_rows(rows)[column] if len(v) and list(v)[-1] is not None]
+    return float(pd.Series(values).median()) if values else None
+
+
+def convergence_section(frame: pd.DataFrame) -> list[str]:
+    rows = frame[frame["experiment"] == "convergence"]
+    out = []
+    for (case, system, k), group in rows.groupby(["case", "system", "k"], sort=False):
+        acc, loss = _last_epoch(group, "epoch_valid_acc"), _last_epoch(group, "epoch_losses")
+        out.append([case, t.system_label(system, k), _fmt(acc, 4), _fmt(loss, 5), t.statuses(group)])
+    return ["## Convergence (last epoch)", ""] + _table(["case", "system", "valid acc", "loss", "status"], out)
+
+
+def ablation_section(frame: pd.DataFrame) -> list[str]:
+    rows = frame[frame["experiment"] == "ablation"]
+    out = []
+    for (case, k), group in rows.groupby(["case", "k"], sort=False):
+        base = group[group["variant"] == "all on"]
+        base_time, base_peak = _median_time(base), _median_peak_mib(base)
+        for variant, sub in group.groupby("variant", sort=False):
+            time_s, peak = _median_time(sub), _median_peak_mib(sub)
+            red = t.column_stats(sub, "redundancy_input")
+            out.append([case, k, variant, _fmt(time_s), _fmt(_ratio(time_s, base_time)), _fmt(peak),
+                        _fmt(_ratio(peak, base_peak)), _fmt(red[0] if red else None)])
+    return ["## Ablation (each technique off in turn)", ""] + _table(
+        ["case", "K", "variant", "step s", "time vs all on", "peak MiB", "peak vs all on", "redundancy"], out)
+
+
+def status_section(frame: pd.DataFrame) -> list[str]:
+    counts = frame["status"].value_counts().to_dict()
+    lines = ["## Runs", "", "Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".", ""]
+    others = frame[frame["status"] != "ok"]
+    rows = [[r.tag, t.system_label(r.system, r.k), r.dataset, r.batch_size, r.status, (r.reason or "")[:110]]
+            for r in others.itertuples()]
+    return lines + (_table(["experiment", "system", "dataset", "batch", "status", "reason"], rows) if rows else [])
+
+
+def render_summary(frame: pd.DataFrame, verify_paths: list[str]) -> str:
+    """The whole summary as Markdown."""
+    sha = ", ".join(sorted(set(str(s)[:10] for s in frame["git_sha"].dropna()))) or "unknown"
+    devices = ", ".join(sorted(set(str(d) for d in frame["device_name"].dropna()))) or "unknown"
+    lines = ["# Cherry benchmark summary", "",
+             f"{len(frame)} runs from the workflow's run table; commit {sha}; device {devices}.", ""]
+    for section in (speedup_section(frame), memory_section(frame), wall_section(frame),
+                    verify_section(verify_paths), estimator_section(frame), convergence_section(frame),
+                    ablation_section(frame), status_section(frame)):
+        lines += section
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from cherry.io import write_bytes_atomic
+
+    parser = argparse.ArgumentParser(prog="python -m cherry.bench.summary", description=__doc__.splitlines()[0])
+    parser.add_argument("verify", nargs="*", help="outputs of `cherry verify` (one per check)")
+    parser.add_argument("--table", required=True, help="results/records/runs.csv")
+    parser.add_argument("--out", required=True, help="Markdown file to write")
+    args = parser.parse_args(argv)
+    try:
+        frame = t.load_table(args.table)
+    except ValueError as exc:
+        print(f"cherry.bench.summary: {exc}", file=sys.stderr)
+        return 2
+    text = render_summary(frame, args.verify)
+    write_bytes_atomic(args.out, text.encode())
+    print(text, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

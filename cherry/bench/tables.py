@@ -1,0 +1,162 @@
+"""Read the workflow's run table and reduce it to what figures and the summary show.
+
+`load_table` reads ``runs.csv`` (`cherry.bench.aggregate`) and adds derived columns: ``experiment``
+and ``axis`` (from ``tag`` = ``experiment`` or ``experiment/axis``), ``k`` (requested K as text:
+"1", "8" or "auto"), ``variant`` (the options, as "all on" or "key=value, ...") and ``case`` (one line
+naming dataset, model and sizes). Statistics follow the records' contract: step times are recomputed
+from the raw per-step times with the warm-up steps excluded, pooled over repeats; only rows with
+status ok count for time and memory.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from typing import Iterable, Optional
+
+import numpy as np
+import pandas as pd
+
+PHASES = ("sample", "plan", "slice", "gather", "forward_backward", "optimizer", "other")
+CASE_COLUMNS = ("dataset", "model", "aggr", "layers", "hidden", "fanouts", "batch_size")
+MIB = 2.0**20
+
+
+def _text(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def model_label(row) -> str:
+    """"sage-lstm" for GraphSAGE with an aggregator, else the model's name."""
+    aggr = _text(row["aggr"])
+    return f"{row['model']}-{aggr}" if aggr else str(row["model"])
+
+
+def case_label(row, columns: Iterable[str] = CASE_COLUMNS) -> str:
+    """One line naming the setting of a row (the given columns only)."""
+    parts = []
+    for column in columns:
+        value = row[column]
+        if column == "dataset":
+            parts.append(str(value))
+        elif column in ("model", "aggr"):
+            if column == "model":
+                parts.append(model_label(row))
+        elif column == "fanouts":
+            parts.append(f"fanouts {_text(value)}")
+        else:
+            short = {"layers": "L", "hidden": "H", "batch_size": "batch "}[column]
+            parts.append(f"{short}{_text(value)}")
+    return " ".join(parts)
+
+
+def variant_label(options_json: str) -> str:
+    """"all on" for no options, else "key=value, ..." (booleans lower-case, as in the config)."""
+    options = json.loads(options_json) if isinstance(options_json, str) and options_json else {}
+    if not options:
+        return "all on"
+    return ", ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in sorted(options.items()))
+
+
+def load_table(path: str | os.PathLike) -> pd.DataFrame:
+    """The run table with the derived columns of the module docstring (ValueError if unreadable)."""
+    from cherry.bench.aggregate import read_runs_csv
+
+    if not os.path.exists(path):
+        raise ValueError(f"run table {str(path)!r} does not exist: run the workflow's aggregate_records rule first")
+    frame = read_runs_csv(path)
+    tags = frame["tag"].fillna("").astype(str)
+    frame["experiment"] = tags.str.split("/").str[0]
+    frame["axis"] = [t.split("/", 1)[1] if "/" in t else "" for t in tags]
+    frame["k"] = frame["microbatches_requested"].map(_text)
+    frame["variant"] = frame["options_json"].map(variant_label)
+    frame["case"] = [case_label(row) for _, row in frame.iterrows()] if len(frame) else []
+    return frame
+
+
+def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[rows["status"] == "ok"]
+
+
+def measured_step_times(rows: pd.DataFrame, column: str = "step_times_s") -> list[float]:
+    """Per-step seconds of the ok rows, warm-up excluded, pooled over the rows."""
+    values: list[float] = []
+    for _, row in ok_rows(rows).iterrows():
+        times = list(row[column])[int(row["warmup_steps"]):]
+        values.extend(float(t) for t in times if t is not None)
+    return values
+
+
+def spread(values: list[float]) -> Optional[tuple[float, float, float]]:
+    """(median, 10th percentile, 90th percentile), or None without values."""
+    if not values:
+        return None
+    array = np.asarray(values, dtype=float)
+    return float(np.median(array)), float(np.percentile(array, 10)), float(np.percentile(array, 90))
+
+
+def step_time_stats(rows: pd.DataFrame) -> Optional[tuple[float, float, float]]:
+    """Median and 10-90 % spread of the measured step seconds of ``rows``."""
+    return spread(measured_step_times(rows))
+
+
+def phase_medians(rows: pd.DataFrame) -> dict[str, float]:
+    """Median exclusive seconds per phase over the measured steps of ``rows`` (0 for a missing phase)."""
+    out = {}
+    for phase in PHASES:
+        stats = spread(measured_step_times(rows, f"phase_{phase}_times_s"))
+        out[phase] = stats[0] if stats else 0.0
+    return out
+
+
+def column_stats(rows: pd.DataFrame, column: str) -> Optional[tuple[float, float, float]]:
+    """(median, min, max) of a scalar column over the ok rows with a value."""
+    values = [float(v) for v in ok_rows(rows)[column] if v is not None and not pd.isna(v)]
+    if not values:
+        return None
+    return statistics.median(values), min(values), max(values)
+
+
+def statuses(rows: pd.DataFrame) -> str:
+    """The outcome of a group of repeats: "ok" if all are ok, else the first other status."""
+    values = list(rows["status"])
+    return next((s for s in values if s != "ok"), "ok") if values else "missing"
+
+
+def largest_trainable_batch(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (case without batch size, system, K): the largest batch size with every repeat ok.
+
+    Columns: case, system, k, largest_ok_batch (None if none), smallest_oom_batch (None if none),
+    device_memory_bytes.
+    """
+    out = []
+    if rows.empty:
+        return pd.DataFrame(out, columns=["case", "system", "k", "largest_ok_batch", "smallest_oom_batch",
+                                          "device_memory_bytes"])
+    rows = rows.assign(wall_case=[case_label(r, CASE_COLUMNS[:-1]) for _, r in rows.iterrows()])
+    for (case, system, k), group in rows.groupby(["wall_case", "system", "k"], sort=False):
+        by_batch = {int(b): statuses(g) for b, g in group.groupby("batch_size")}
+        ok = [b for b, s in by_batch.items() if s == "ok"]
+        oom = [b for b, s in by_batch.items() if s == "oom"]
+        capacity = group["device_memory_bytes"].dropna()
+        out.append({"case": case, "system": system, "k": k, "largest_ok_batch": max(ok) if ok else None,
+                    "smallest_oom_batch": min(oom) if oom else None,
+                    "device_memory_bytes": int(capacity.iloc[0]) if len(capacity) else None})
+    return pd.DataFrame(out)
+
+
+def estimator_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Ok cherry runs with an estimated and a measured peak, training only: a run that evaluates
+    peaks during layer-wise inference, which the training estimate does not model."""
+    rows = ok_rows(frame[(frame["system"] == "cherry") & ~frame["evaluate"].astype(bool)])
+    return rows[rows["estimated_peak_bytes"].notna() & rows["peak_tracked_bytes"].notna()]
+
+
+def system_label(system: str, k: str) -> str:
+    """"cherry (K=auto)" for micro-batching systems, the bare name for K=1 systems."""
+    return system if system in ("full", "dgl", "pyg") else f"{system} (K={k})"

@@ -1,0 +1,129 @@
+"""The experiment matrix: config -> run specs (cherry.bench.experiments) and the summary's parsers."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cherry.bench.experiments import (
+    ConfigError,
+    datasets_used,
+    expand_experiments,
+    needs_ordering,
+    plan_runs,
+    verify_arguments,
+    verify_checks,
+)
+from cherry.bench.spec import spec_from_dict, spec_id
+from cherry.bench.summary import parse_verify
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load(name: str) -> dict:
+    with open(REPO / "config" / name, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+SMALL = {
+    "run": {"hidden": 16, "fanouts": [5, 10], "batch_size": 256, "steps": 2, "warmup": 1, "evaluate": False},
+    "experiments": {
+        "memory_wall": [{"dataset": "synth-tiny", "device_memory": "12MiB", "batch_sizes": [128, 512],
+                         "systems": {"cherry": ["auto"], "full": [1], "betty": [2]}}],
+        "microbatch_cost": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": [2, 4]}, "repeats": 2}],
+        "sensitivity": [{"dataset": "synth-tiny", "systems": {"full": [1]}, "layer_fanouts": [5, 10, 15],
+                         "vary": {"aggr": ["mean", "gat"], "layers": [1, 3], "fanout": [4]}}],
+        "ablation": [{"dataset": "synth-tiny", "microbatches": [2], "variants": [{"ordering": "none"}]}],
+    },
+    "verify": [{"name": "tiny", "dataset": "synth-tiny", "aggr": "lstm", "fanouts": [5, 10], "microbatches": 4}],
+}
+
+
+def test_small_config_expands_to_valid_specs_with_unique_stable_ids():
+    specs = expand_experiments(SMALL)
+    # memory wall 3 systems x 2 batches; cost (1 + 2) x 2 repeats; sensitivity 2 + 2 + 1; ablation 2
+    assert len(specs) == 6 + 6 + 5 + 2
+    ids = [spec_id(spec_from_dict(s)) for s in specs]
+    assert len(set(ids)) == len(ids)
+    assert list(plan_runs(SMALL)) == ids  # same order, same ids on every call
+    wall = [s for s in specs if s["tag"] == "memory_wall"]
+    assert {s["device_memory"] for s in wall} == {12 * 2**20}
+    assert {(s["system"], s["microbatches"]) for s in wall} == {("cherry", "auto"), ("full", 1), ("betty", 2)}
+    assert sorted(s["repeat"] for s in specs if s["tag"] == "microbatch_cost" and s["microbatches"] == 4) == [0, 1]
+
+
+def test_sensitivity_axes_set_model_layers_and_fanouts():
+    specs = {(s["tag"], s["model"], s["aggr"], s["layers"], tuple(s["fanouts"])) for s in expand_experiments(SMALL)
+             if s["tag"].startswith("sensitivity/")}
+    assert ("sensitivity/aggr", "gat", None, 2, (5, 10)) in specs
+    assert ("sensitivity/aggr", "sage", "mean", 2, (5, 10)) in specs
+    assert ("sensitivity/layers", "sage", None, 3, (5, 10, 15)) in specs
+    assert ("sensitivity/fanout", "sage", None, 2, (4, 4)) in specs
+
+
+def test_ablation_runs_all_on_then_each_variant():
+    options = [s["options"] for s in expand_experiments(SMALL) if s["tag"] == "ablation"]
+    assert options == [{}, {"ordering": "none"}]
+    runs = [s for s in expand_experiments(SMALL) if s["tag"] == "ablation"]
+    assert [needs_ordering(s) for s in runs] == ["metis", None]
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda c: c.update(bogus=1), "Additional properties are not allowed ('bogus'"),
+    (lambda c: c["experiments"].update(memory_walls=[]), "memory_walls"),
+    (lambda c: c["run"].update(hidden=0), "key run/hidden"),
+    (lambda c: c["experiments"]["memory_wall"][0].update(batch_sizes=[-1]), "batch_sizes/0"),
+    (lambda c: c["experiments"]["microbatch_cost"][0]["systems"].update(full=[2]), "K must be 1"),
+    (lambda c: c["experiments"]["microbatch_cost"][0]["systems"].update(betty=["auto"]), "cannot choose K"),
+    (lambda c: c["experiments"]["microbatch_cost"][0].update(dataset="nope"), "unknown dataset 'nope'"),
+    (lambda c: c["experiments"]["microbatch_cost"][0]["systems"].update(cherry=[512]), "exceeds batch_size"),
+    (lambda c: c["experiments"]["sensitivity"][0]["vary"].update(layers=[4]), "layer_fanouts"),
+    (lambda c: c["experiments"]["memory_wall"][0]["systems"].update(nosuch=[1]), "nosuch"),
+])
+def test_bad_configs_give_one_line_errors_naming_the_problem(mutate, fragment):
+    config = copy.deepcopy(SMALL)
+    mutate(config)
+    with pytest.raises(ConfigError) as info:
+        expand_experiments(config)
+    message = str(info.value)
+    assert "\n" not in message and fragment in message, message
+
+
+def test_verify_checks_become_cherry_verify_arguments():
+    check = verify_checks(SMALL)["tiny"]
+    args = verify_arguments(check, "/data")
+    assert args[:4] == ["--dataset", "synth-tiny", "--microbatches", "4"]
+    assert ["--aggr", "lstm"] == args[args.index("--aggr"):args.index("--aggr") + 2]
+    assert args[-4:] == ["--fanouts", "5,10", "--root", "/data"]
+    twice = copy.deepcopy(SMALL)
+    twice["verify"].append(dict(twice["verify"][0]))
+    with pytest.raises(ConfigError, match="used twice"):
+        verify_checks(twice)
+
+
+def test_shipped_configs_expand():
+    default = expand_experiments(load("config.yaml"))
+    assert {s["device"] for s in default} == {"cpu"}
+    assert {s["dataset"] for s in default} <= {"synth-tiny", "synth-arxiv", "synth-products"}
+    assert datasets_used(load("config.yaml")) == ["synth-arxiv", "synth-products", "synth-tiny"]
+    paper = expand_experiments(load("paper.yaml"))
+    assert {s["device"] for s in paper} == {"cuda"}
+    assert {s["dataset"] for s in paper} == {"ogbn-arxiv", "ogbn-products", "ogbn-papers100M"}
+
+
+VERIFY_TEXT = """parameter          max_abs_diff  max_rel_diff
+layers.0.weight       8.940e-08     3.570e-07
+layers.1.weight       1.000e-08     2.000e-07
+K=4 vs K=1 on 512 seeds: largest relative difference 3.570e-07 (within tolerance 0.0001)
+"""
+
+
+def test_parse_verify_reads_the_verdict_line():
+    v = parse_verify(VERIFY_TEXT)
+    assert v == {"k": 4, "seeds": 512, "max_rel_diff": 3.57e-07, "max_abs_diff": 8.94e-08, "tolerance": 1e-4,
+                 "within": True}
+    assert parse_verify(VERIFY_TEXT.replace("within", "ABOVE"))["within"] is False
+    with pytest.raises(ValueError, match="no 'K="):
+        parse_verify("nothing here\n")

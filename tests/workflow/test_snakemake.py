@@ -1,0 +1,135 @@
+"""The Snakemake workflow end to end on a tiny config, its config checks, lint and the paper plan.
+
+The end-to-end test runs the real Snakefile in a temporary working directory (its own data root and
+results) with a matrix on synth-tiny that touches every rule and figure (about 25 runs, 1-2 min on
+two cores), then builds the HTML report and checks that a second invocation has nothing to do.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from cherry.bench.experiments import plan_runs
+
+REPO = Path(__file__).resolve().parents[2]
+SNAKEFILE = REPO / "Snakefile"
+FIGURES = ("memory_wall", "microbatch_cost", "redundancy", "breakdown", "convergence", "sensitivity",
+           "ablation", "estimator")
+
+
+def tiny_config(root: Path) -> dict:
+    return {
+        "data": {"root": str(root)},
+        "threads": 1,
+        "run": {"device": "cpu", "aggr": "mean", "hidden": 16, "fanouts": [5, 10], "batch_size": 256,
+                "warmup": 1, "steps": 2, "evaluate": False, "timeout_s": 120},
+        "experiments": {
+            # full peaks at ~16 MiB for batch 512 with LSTM: out of memory under 12 MiB; cherry splits
+            "memory_wall": [{"dataset": "synth-tiny", "device_memory": "12MiB", "batch_sizes": [128, 512],
+                             "systems": {"cherry": ["auto"], "full": [1], "betty": [2]}, "run": {"aggr": "lstm"}}],
+            "microbatch_cost": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": [2, 4], "betty": [2],
+                                                                      "buffalo": [2], "naive": [2]}}],
+            "breakdown": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": [2], "buffalo": [2]}}],
+            "convergence": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": [2]},
+                             "run": {"epochs": 2, "evaluate": True}}],
+            "sensitivity": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": ["auto"]},
+                             "run": {"budget": "2MiB"}, "vary": {"aggr": ["mean", "gat"]}}],
+            "ablation": [{"dataset": "synth-tiny", "microbatches": [2], "variants": [{"pipeline": False}]}],
+        },
+        "verify": [{"name": "sage-mean", "dataset": "synth-tiny", "aggr": "mean", "hidden": 16, "fanouts": [5, 10],
+                    "batch_size": 256, "microbatches": 2}],
+    }
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def write_config(workdir: Path, config: dict) -> None:
+    (workdir / "config").mkdir(parents=True, exist_ok=True)
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A workdir in which the tiny workflow ran to the end (fails the tests using it otherwise)."""
+    workdir = tmp_path_factory.mktemp("workflow")
+    config = tiny_config(workdir / "data")
+    write_config(workdir, config)
+    result = snakemake(workdir, "--cores", "2", "--quiet", timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return workdir, config
+
+
+def test_every_figure_table_summary_and_record_exists(finished):
+    workdir, config = finished
+    results = workdir / "results"
+    for name in FIGURES:
+        png, pdf = results / "figures" / f"{name}.png", results / "figures" / f"{name}.pdf"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert pdf.read_bytes()[:5] == b"%PDF-", name
+    runs = plan_runs(config)
+    for run, spec in runs.items():
+        record = json.loads((results / "records" / "runs" / f"{run}.json").read_text())
+        assert record["spec_id"] == run and record["tag"] == spec["tag"]
+        # the spec file reproduces the run by hand: python -m cherry.bench.run --spec ... --out ...
+        assert json.loads((results / "specs" / f"{run}.json").read_text()) == spec
+    table = pd.read_csv(results / "records" / "runs.csv")
+    assert sorted(table["spec_id"]) == sorted(runs)
+    assert len(pd.read_parquet(results / "records" / "runs.parquet")) == len(runs)
+    assert set(table["status"]) <= {"ok", "oom"}
+    assert (table["status"] == "ok").sum() >= len(runs) - 2
+    wall = table[table["tag"] == "memory_wall"].set_index(["system", "batch_size"])["status"]
+    assert wall[("full", 512)] == "oom" and wall[("cherry", 512)] == "ok"
+    summary = (results / "summary.md").read_text()
+    for heading in ("## Step time", "## Peak memory", "## Largest trainable batch", "## Gradient equivalence",
+                    "## Memory estimator", "## Convergence", "## Ablation", "## Runs"):
+        assert heading in summary
+    assert "| sage-mean | 2 | 256 |" in summary and "within" in summary
+
+
+def test_report_builds_and_a_second_run_has_nothing_to_do(finished):
+    workdir, _ = finished
+    report = workdir / "results" / "report.html"
+    result = snakemake(workdir, "--report", str(report))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert report.stat().st_size > 10_000
+    again = snakemake(workdir, "--cores", "2", "-n")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"bogus": 1}, "key (top level): Additional properties are not allowed ('bogus'"),
+    ({"run": {"hidden": -3}}, "key run/hidden"),
+    ({"experiments": {"breakdown": [{"dataset": "synth-tiny", "systems": {"dgl": [4]}}]}}, "K must be 1"),
+])
+def test_invalid_config_stops_with_one_line_before_any_job(tmp_path, change, fragment):
+    config = {**tiny_config(tmp_path / "data"), **change}
+    write_config(tmp_path, config)
+    result = snakemake(tmp_path, "--cores", "1")
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("cherry workflow:")]
+    assert len(errors) == 1 and fragment in errors[0], result.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "data").exists()
+
+
+def test_lint_is_clean():
+    result = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Lints for" not in result.stdout + result.stderr
+
+
+def test_paper_config_plans(tmp_path):
+    result = snakemake(tmp_path, "-n", "--configfile", str(REPO / "config" / "paper.yaml"), "--cores", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    assert "run_benchmark" in out and "verify_gradient" in out

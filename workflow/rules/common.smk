@@ -1,0 +1,124 @@
+# Shared names and every decision of the workflow, as named functions (no lambdas in rules).
+# The run matrix comes from cherry.bench.experiments.expand_experiments, the same function the
+# tests call; a run's id (cherry.bench.spec.spec_id) names its spec and record files.
+import json
+import os
+import shlex
+import sys
+
+from cherry.bench.experiments import (
+    ConfigError,
+    needs_ordering,
+    plan_runs,
+    verify_arguments,
+    verify_checks,
+)
+
+try:
+    RUNS = plan_runs(config)
+    CHECKS = verify_checks(config)
+except ConfigError as exc:
+    sys.exit(f"cherry workflow: {exc}")
+
+# Jobs call `python` of the environment that runs Snakemake (a virtualenv need not be activated),
+# so a job's command line, run in that environment, reproduces the job by hand. An environment
+# activated for a job (`--software-deployment-method conda`) comes first on the job's PATH.
+envvars:
+    "PATH",
+
+
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+THREADS = config.get("threads", 1)  # Snakemake exports it as OMP_NUM_THREADS of each job
+DATA_ROOT = (config.get("data") or {}).get("root")
+# The project's environment for `--software-deployment-method conda` (jobs run in the current
+# environment otherwise).
+CONDA_ENV = "../../environment.yml"
+# Figures drawn from the table: experiment figures for experiments with runs, plus redundancy
+# (from the micro-batch cost runs) and the estimator (from every cherry run).
+FIGURES = {
+    "memory_wall": "memory_wall",
+    "microbatch_cost": "microbatch_cost",
+    "redundancy": "microbatch_cost",
+    "breakdown": "breakdown",
+    "convergence": "convergence",
+    "sensitivity": "sensitivity",
+    "ablation": "ablation",
+    "estimator": "cherry",
+}
+
+
+wildcard_constraints:
+    run="[0-9a-f]{12}",
+    dataset="[A-Za-z0-9_.-]+",
+    ordering="metis|random",
+    seed="[0-9]+",
+    check="[a-z0-9][a-z0-9_-]*",
+
+
+def record_paths():
+    """Every run's record."""
+    return [f"results/records/runs/{run}.json" for run in RUNS]
+
+
+def verify_paths():
+    """Every gradient-equivalence check's output."""
+    return [f"results/verify/{check}.txt" for check in CHECKS]
+
+
+def has_runs(what):
+    """Whether some run belongs to experiment ``what`` ("cherry": some run of the cherry system)."""
+    if what == "cherry":
+        return any(spec["system"] == "cherry" for spec in RUNS.values())
+    return any(spec["tag"].split("/")[0] == what for spec in RUNS.values())
+
+
+def figure_paths():
+    """PNG and PDF of every figure that has runs to draw."""
+    names = [name for name, source in FIGURES.items() if has_runs(source)]
+    return [f"results/figures/{name}.{ext}" for name in names for ext in ("png", "pdf")]
+
+
+def data_stamp(dataset):
+    return f"results/data/{dataset}/info.json"
+
+
+def run_inputs(wildcards):
+    """A run needs its spec, its dataset and, for cherry, its seed ordering computed once."""
+    spec = RUNS[wildcards.run]
+    inputs = {"spec": f"results/specs/{wildcards.run}.json", "data": data_stamp(spec["dataset"])}
+    ordering = needs_ordering(spec)
+    if ordering is not None:
+        inputs["ordering"] = f"results/data/{spec['dataset']}/ordering-{ordering}-{spec['seed']}.json"
+    return inputs
+
+
+def spec_text(wildcards):
+    """The run's spec as JSON (a params change re-writes the spec file)."""
+    return json.dumps(RUNS[wildcards.run], indent=2, sort_keys=True)
+
+
+def run_gpus(wildcards):
+    """1 for a run on a GPU: with `--resources gpu=N` Snakemake runs at most N at once."""
+    return 1 if RUNS[wildcards.run]["device"] == "cuda" else 0
+
+
+def check_gpus(wildcards):
+    return 1 if CHECKS[wildcards.check].get("device") == "cuda" else 0
+
+
+def check_inputs(wildcards):
+    return {"data": data_stamp(CHECKS[wildcards.check]["dataset"])}
+
+
+def check_arguments(wildcards):
+    """`cherry verify` options of one check."""
+    return shlex.join(verify_arguments(CHECKS[wildcards.check], DATA_ROOT))
+
+
+def root_option(wildcards):
+    """`--root DIR` of the `cherry data` commands, or nothing for the default data directory."""
+    return "" if DATA_ROOT is None else f"--root {shlex.quote(str(DATA_ROOT))}"
+
+
+def ordering_root(wildcards):
+    return DATA_ROOT

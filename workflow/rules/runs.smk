@@ -1,0 +1,37 @@
+# One benchmark run = one process = one record. By hand:
+#   python -m cherry.bench.run --spec results/specs/RUN.json --out results/records/runs/RUN.json
+# The runner writes its record atomically and exits 0 for ok, oom, timeout and skipped (results,
+# not failures); any other error exits 1 and fails the job loudly (traceback in the log).
+
+
+localrules:
+    write_spec,
+
+
+rule write_spec:
+    output:
+        spec="results/specs/{run}.json",
+    log:
+        "results/logs/specs/{run}.log",
+    params:
+        spec=spec_text,
+    conda:
+        CONDA_ENV
+    script:
+        "../scripts/write_spec.py"
+
+
+rule run_benchmark:
+    input:
+        unpack(run_inputs),
+    output:
+        record="results/records/runs/{run}.json",
+    log:
+        "results/logs/runs/{run}.log",
+    threads: THREADS
+    resources:
+        gpu=run_gpus,
+    conda:
+        CONDA_ENV
+    shell:
+        "python -m cherry.bench.run --spec {input.spec} --out {output.record} 2> {log}"
