@@ -105,7 +105,8 @@ class Trainer:
         from cherry.ops import extension_available
 
         self.memory_model = MemoryModel.for_model(spec, fixed_bytes=_PARAM_COPIES * param_bytes,
-                                                  fused_aggregation=extension_available())
+                                                  fused_aggregation=extension_available(),
+                                                  prefetch_inputs=config.pipeline)
         if seed_rank is None and config.ordering != "none" and config.num_microbatches != 1:
             seed_rank = locality_rank(dataset.graph, config.ordering, seed=config.seed)
         fixed_k = config.num_microbatches

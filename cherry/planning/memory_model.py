@@ -37,17 +37,20 @@ class LayerCost:
     per_edge: float
 
 
-def layer_costs(layer_dims, fused_aggregation: bool = True) -> tuple[LayerCost, ...]:
+def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: bool = False) -> tuple[LayerCost, ...]:
     """Analytic per-count float costs of each layer (input layer first).
 
     ``layer_dims`` are `cherry.models.LayerDims`. ``fused_aggregation`` says whether mean/sum/max
     aggregation runs in the native O(destinations x features) kernel; the reference gathers an
-    [E, width] message tensor first.
+    [E, width] message tensor first. ``prefetch_inputs``: the executor's pipeline gathers the next
+    micro-batch's input rows while this one computes; micro-batches are balanced, so that is priced as
+    a second copy of this one's input rows.
     """
     costs = []
     for d in layer_dims:
         agg = d.aggregate_dim
-        per_src = float(d.in_dim) if d.index == 0 else 0.0  # layer input gathered for this micro-batch
+        # layer input gathered for this micro-batch (and the next one's, when prefetched)
+        per_src = float(d.in_dim) * (2 if prefetch_inputs else 1) if d.index == 0 else 0.0
         per_edge = 2 * INDEX_BYTES / FLOAT_BYTES  # local CSC indices and destination ids
         gather = 0.0 if fused_aggregation else float(agg)
         out_path = (2 + (0 if d.is_last else 3)) * d.out_dim  # two maps, sum, ReLU, dropout mask
@@ -82,9 +85,11 @@ class MemoryModel:
     _ratios: list[float] = field(default_factory=list)
 
     @staticmethod
-    def for_model(spec, fixed_bytes: int = 0, fused_aggregation: bool = True) -> "MemoryModel":
+    def for_model(spec, fixed_bytes: int = 0, fused_aggregation: bool = True,
+                  prefetch_inputs: bool = False) -> "MemoryModel":
         """The analytic model of a `cherry.models.ModelSpec`, uncalibrated (scale 1)."""
-        return MemoryModel(costs=layer_costs(spec.layer_dims(), fused_aggregation), fixed_bytes=int(fixed_bytes))
+        costs = layer_costs(spec.layer_dims(), fused_aggregation, prefetch_inputs)
+        return MemoryModel(costs=costs, fixed_bytes=int(fixed_bytes))
 
     def activation_bytes(self, shape: BatchShape) -> float:
         if len(shape.layers) != len(self.costs):

@@ -59,7 +59,8 @@ def measure_k(dataset, spec, batches, k, rank, device, warmup):
         model = build_model(spec).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
         param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-        mm = MemoryModel.for_model(spec, fixed_bytes=5 * param_bytes, fused_aggregation=extension_available())
+        mm = MemoryModel.for_model(spec, fixed_bytes=5 * param_bytes, fused_aggregation=extension_available(),
+                                   prefetch_inputs=True)
         ex = MicrobatchExecutor(model, optimizer, mm, ExecutorOptions(num_microbatches=k), device,
                                 seed_rank=rank, memory=memory, probe=probe)
         for blocks in batches:

@@ -1,6 +1,6 @@
 """`cherry bench ops`: Cherry's native graph ops against what DGL and PyG do, side by side in one run.
 
-On one graph and one batch of seeds (median of ``--repeats`` timed runs after one warm-up each):
+On one graph and one batch of seeds (median of ``--repeats`` timed runs after a few warm-up runs each):
 1. sampling ``len(fanouts)``-layer blocks: Cherry's native sampler, DGL's
    ``dgl.dataloading.NeighborSampler.sample_blocks``, PyG's ``NeighborLoader`` (when pyg-lib or
    torch-sparse exists) and Cherry's pure-PyTorch reference sampler for context;
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="average in-degree of the Chung-Lu graph (ogbn-arxiv symmetrised: 13.7)")
     p.add_argument("--batch-size", type=positive_int, default=1024)
     p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
-    p.add_argument("--repeats", type=positive_int, default=5)
+    p.add_argument("--repeats", type=positive_int, default=20)
     p.add_argument("--features", type=positive_int, default=256)
     p.add_argument("--microbatches", type=positive_int, default=4, help="K for the slicing comparison")
     p.add_argument("--threads", type=positive_int, default=None,
@@ -65,9 +65,13 @@ def chung_lu_graph(num_nodes: int, avg_degree: float, generator: torch.Generator
     return Graph.from_edges(src[keep], dst[keep], num_nodes)
 
 
+WARMUP_RUNS = 3  # first calls pay page faults and cold caches, for every system alike
+
+
 def median_s(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall seconds of ``fn()`` over ``repeats`` runs after one untimed warm-up run."""
-    fn()
+    """Median wall seconds of ``fn()`` over ``repeats`` runs after `WARMUP_RUNS` untimed runs."""
+    for _ in range(WARMUP_RUNS):
+        fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
