@@ -13,11 +13,12 @@ and continues the same step: no seed lost, none counted twice.
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +67,19 @@ class StepStats:
     estimated_peak_bytes: int
     measured_peak_bytes: Optional[int]
     redundancy: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """A sampled mini-batch with its micro-batch plan, made ahead of its step on another thread.
+
+    The plan used a snapshot of the memory model taken when it was made (one step stale at most);
+    an under-estimate is caught by out-of-memory recovery like any other.
+    """
+
+    blocks: Blocks
+    plan: MicrobatchPlan
+    stage: bool
 
 
 @dataclass(frozen=True)
@@ -119,6 +133,35 @@ class MicrobatchExecutor:
             balance=self.options.balance, safety=self.options.safety, positions=positions,
         )
 
+    def plan_batch(self, blocks: Blocks, features: torch.Tensor) -> PlannedBatch:
+        """Stage decision and plan of ``blocks``; safe to call on another thread during a step."""
+        stage = self._stage_decision(blocks, features.shape[1], features.element_size())
+        staged_bytes = blocks.layers[0].num_src * features.shape[1] * features.element_size() if stage else 0
+        snapshot = dataclasses.replace(self.memory_model, fixed_bytes=self._base_fixed_bytes + staged_bytes,
+                                       error_history=[], _ratios=[])
+        plan = plan_microbatches(
+            blocks, snapshot, budget_bytes=self.options.budget_bytes,
+            num_microbatches=self.options.num_microbatches, seed_rank=self.seed_rank,
+            balance=self.options.balance, safety=self.options.safety,
+        )
+        return PlannedBatch(blocks, plan, stage)
+
+    def planned_ahead(self, batches: Iterable[Blocks], features: torch.Tensor) -> Iterator[PlannedBatch]:
+        """Plan batch ``i + 1`` on a background thread while the caller steps batch ``i``."""
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cherry-plan")
+        try:
+            it = iter(batches)
+            first = next(it, None)
+            future = pool.submit(self.plan_batch, first, features) if first is not None else None
+            while future is not None:
+                with self.probe.phase("plan"):
+                    planned = future.result()
+                following = next(it, None)
+                future = pool.submit(self.plan_batch, following, features) if following is not None else None
+                yield planned
+        finally:
+            pool.shutdown(wait=True)
+
     # -- preparation (runs on the background thread when pipelining) -----------------------------
     def _prepare(self, mb: Blocks, group: torch.Tensor, staged: Optional[torch.Tensor],
                  features: torch.Tensor, labels_of_seeds: torch.Tensor) -> _Prepared:
@@ -140,8 +183,9 @@ class MicrobatchExecutor:
         return _Prepared(blocks, x, y)
 
     # -- the step ---------------------------------------------------------------------------------
-    def step(self, blocks: Blocks, features: torch.Tensor, labels: torch.Tensor) -> StepStats:
-        """One optimizer step on the mini-batch ``blocks`` (features/labels indexed by global id)."""
+    def step(self, blocks: Blocks | PlannedBatch, features: torch.Tensor, labels: torch.Tensor) -> StepStats:
+        """One optimizer step on the mini-batch ``blocks`` (features/labels indexed by global id),
+        planned now or ahead (`PlannedBatch`)."""
         stats = self.accumulate(blocks, features, labels)
         with self.probe.phase("optimizer"):
             for p, acc in zip(self.params, self._accumulators):
@@ -155,12 +199,16 @@ class MicrobatchExecutor:
         """The gradients accumulated by the last `accumulate` (one per trainable parameter)."""
         return list(self._accumulators)
 
-    def accumulate(self, blocks: Blocks, features: torch.Tensor, labels: torch.Tensor) -> StepStats:
+    def accumulate(self, blocks: Blocks | PlannedBatch, features: torch.Tensor, labels: torch.Tensor) -> StepStats:
         """Accumulate the whole mini-batch's gradient over its micro-batches (no optimizer step)."""
+        planned = blocks if isinstance(blocks, PlannedBatch) else None
+        if planned is not None:
+            blocks = planned.blocks
         num_seeds = blocks.num_seeds
         labels_of_seeds = labels.index_select(0, blocks.seeds.to(labels.device))
         with self.probe.phase("gather"):
-            stage = self._stage_decision(blocks, features.shape[1], features.element_size())
+            stage = planned.stage if planned else self._stage_decision(blocks, features.shape[1],
+                                                                        features.element_size())
             staged = None
             staged_bytes = 0
             if stage:
@@ -168,8 +216,11 @@ class MicrobatchExecutor:
                 staged = rows.to(self.device)
                 staged_bytes = staged.numel() * staged.element_size()
             self.memory_model.fixed_bytes = self._base_fixed_bytes + staged_bytes
-        with self.probe.phase("plan"):
-            plan = self.plan(blocks, num_microbatches=self.options.num_microbatches)
+        if planned is not None:
+            plan = planned.plan
+        else:
+            with self.probe.phase("plan"):
+                plan = self.plan(blocks, num_microbatches=self.options.num_microbatches)
         groups, parts = list(plan.seed_groups), list(plan.microbatches)
         estimates = list(plan.estimated_bytes)
         total_loss = torch.zeros((), dtype=torch.float64)

@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from cherry.data import Dataset
-from cherry.execution.executor import ExecutorOptions, MicrobatchExecutor, StepStats
+from cherry.execution.executor import ExecutorOptions, MicrobatchExecutor, PlannedBatch, StepStats
 from cherry.execution.inference import evaluate
 from cherry.execution.probe import DeviceMemoryLike, NullProbe, Probe
 from cherry.models import ModelSpec, build_model, count_parameters
@@ -136,15 +136,20 @@ class Trainer:
             batches = batches[: self.config.max_steps_per_epoch]
         return batches
 
-    def _sampled(self, batches: list[torch.Tensor]) -> Iterator:
-        """Blocks of each batch, the next one sampled in the background while the caller works."""
-        future = self._pool.submit(self.sampler.sample, batches[0], self._sample_gen) if batches else None
+    def _sample_and_plan(self, seeds: torch.Tensor) -> PlannedBatch:
+        return self.executor.plan_batch(self.sampler.sample(seeds, self._sample_gen), self.dataset.features)
+
+    def _sampled(self, batches: list[torch.Tensor]) -> Iterator[PlannedBatch]:
+        """Each batch sampled and planned in the background while the caller steps the previous one.
+
+        The wait for it is timed as ``sample`` (sampling and planning ahead: what the step waits for).
+        """
+        future = self._pool.submit(self._sample_and_plan, batches[0]) if batches else None
         for i in range(len(batches)):
             with self.probe.phase("sample"):
-                blocks = future.result()
-            future = (self._pool.submit(self.sampler.sample, batches[i + 1], self._sample_gen)
-                      if i + 1 < len(batches) else None)
-            yield blocks
+                planned = future.result()
+            future = self._pool.submit(self._sample_and_plan, batches[i + 1]) if i + 1 < len(batches) else None
+            yield planned
 
     def train_epoch(self, epoch: int, on_step: Optional[Callable[[StepStats], None]] = None) -> list[StepStats]:
         """One pass over the (shuffled) training seeds; returns every step's stats."""
