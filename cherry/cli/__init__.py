@@ -19,13 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"cherry.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"cherry.cli.{name}":
-                continue  # command not built into this checkout
-            raise
-        module.register(sub)
+        importlib.import_module(f"cherry.cli.{name}").register(sub)
     return parser
 
 

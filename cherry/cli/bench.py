@@ -14,10 +14,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks: native ops, engine overheads, systems side by side")
     inner = p.add_subparsers(dest="benchmark", required=True)
     for name in BENCHMARKS:
-        try:
-            module = importlib.import_module(f"cherry.bench.benchmarks.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name in ("cherry.bench.benchmarks", f"cherry.bench.benchmarks.{name}"):
-                continue  # benchmark not present in this checkout
-            raise
-        module.register(inner)
+        importlib.import_module(f"cherry.bench.benchmarks.{name}").register(inner)

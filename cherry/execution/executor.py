@@ -126,9 +126,9 @@ class MicrobatchExecutor:
         return budget is None or self._base_fixed_bytes + staged <= budget // 2
 
     def plan(self, blocks: Blocks, positions: Optional[torch.Tensor] = None,
-             num_microbatches: Optional[int] = None) -> MicrobatchPlan:
+             num_microbatches: Optional[int] = None, memory_model: Optional[MemoryModel] = None) -> MicrobatchPlan:
         return plan_microbatches(
-            blocks, self.memory_model, budget_bytes=self.options.budget_bytes,
+            blocks, memory_model or self.memory_model, budget_bytes=self.options.budget_bytes,
             num_microbatches=num_microbatches, seed_rank=self.seed_rank,
             balance=self.options.balance, safety=self.options.safety, positions=positions,
         )
@@ -139,12 +139,8 @@ class MicrobatchExecutor:
         staged_bytes = blocks.layers[0].num_src * features.shape[1] * features.element_size() if stage else 0
         snapshot = dataclasses.replace(self.memory_model, fixed_bytes=self._base_fixed_bytes + staged_bytes,
                                        error_history=[], _ratios=[])
-        plan = plan_microbatches(
-            blocks, snapshot, budget_bytes=self.options.budget_bytes,
-            num_microbatches=self.options.num_microbatches, seed_rank=self.seed_rank,
-            balance=self.options.balance, safety=self.options.safety,
-        )
-        return PlannedBatch(blocks, plan, stage)
+        return PlannedBatch(blocks, self.plan(blocks, num_microbatches=self.options.num_microbatches,
+                                              memory_model=snapshot), stage)
 
     def planned_ahead(self, batches: Iterable[Blocks], features: torch.Tensor) -> Iterator[PlannedBatch]:
         """Plan batch ``i + 1`` on a background thread while the caller steps batch ``i``."""
