@@ -29,6 +29,18 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n").encode())
 
 
+def read_json(path: str | os.PathLike, what: str, error: type[Exception] = ValueError) -> Any:
+    """Parse the JSON file at ``path``; an unreadable or malformed file raises ``error`` with one line
+    naming ``what`` (e.g. "run spec") and the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as exc:
+        raise error(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{what} {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.tolist()

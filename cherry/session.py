@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 import torch
 
-from cherry.io import cached_tensor, write_json_atomic  # noqa: F401  (re-exported for the CLI)
+from cherry.io import cached_tensor
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Iterable, Optional
 import pandas as pd
 
 from cherry.bench.record import record_columns, record_schema, validate_record
-from cherry.io import write_bytes_atomic
+from cherry.io import read_json, write_bytes_atomic
 
 
 def list_columns() -> tuple[str, ...]:
@@ -33,13 +33,7 @@ def collect_records(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     """One row per record file, columns in the schema's order (ValueError naming a bad file)."""
     rows = []
     for path in paths:
-        try:
-            with open(path, encoding="utf-8") as f:
-                record = json.load(f)
-        except OSError as exc:
-            raise ValueError(f"cannot read record {str(path)!r}: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"record {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        record = read_json(path, "record")
         try:
             validate_record(record)
         except ValueError as exc:

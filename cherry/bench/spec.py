@@ -20,6 +20,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Union
 
+from cherry.io import read_json
+
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "run.schema.yaml"
 
 
@@ -174,14 +176,7 @@ def _cross_check(s: RunSpec) -> None:
 
 def load_spec(path: str | os.PathLike) -> RunSpec:
     """Read and validate the JSON run spec at ``path`` (`SpecError` on any problem)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise SpecError(f"cannot read run spec {str(path)!r}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"run spec {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    return spec_from_dict(data)
+    return spec_from_dict(read_json(path, "run spec", SpecError))
 
 
 def spec_id(spec: RunSpec) -> str:

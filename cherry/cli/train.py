@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cherry.session import TrainingSession, write_json_atomic
+    from cherry.io import write_json_atomic
+    from cherry.session import TrainingSession
 
     if args.epochs < 1:
         raise ValueError(f"--epochs must be >= 1, got {args.epochs}")
