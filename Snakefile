@@ -24,7 +24,9 @@ if not workflow.overwrite_configfiles:
 
 
 try:
-    validate(config, "workflow/schemas/config.schema.yaml")
+    # set_default=False: the run settings' defaults (run.schema.yaml) must not be written into every
+    # case's `run:`, where they would override the config's own `run:` defaults.
+    validate(config, "workflow/schemas/config.schema.yaml", set_default=False)
 except WorkflowError:
     sys.exit(f"cherry workflow: {describe_config_error(config) or 'invalid config (see the schema)'}")
 

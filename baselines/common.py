@@ -22,34 +22,20 @@ from typing import Iterable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from cherry.bench.system import StepOutcome, System, SystemConfig
+from cherry.bench.system import StepOutcome, System
 from cherry.data import Dataset
-from cherry.data.metrics import accuracy
-from cherry.models import ModelSpec, build_model
+from cherry.data.metrics import split_accuracy
+from cherry.models import build_model
 from cherry.models.inference import layerwise_inference
-from cherry.sampling import Blocks, NeighborSampler
+from cherry.sampling import Blocks, LoadedBatch, NeighborSampler
+from cherry.spec import RunSpec
 
 
-def check_config(config: SystemConfig, system: str, allowed_options: Sequence[str] = ()) -> None:
-    """Raise TypeError/ValueError unless ``config`` is a `SystemConfig` a baseline can run."""
-    if not isinstance(config, SystemConfig):
-        raise TypeError(f"config must be a cherry.bench.system.SystemConfig, got {type(config).__name__}")
-    if len(tuple(config.fanouts)) != config.num_layers:
-        raise ValueError(
-            f"fanouts {tuple(config.fanouts)!r} must give one fanout per layer ({config.num_layers} layers)"
-        )
-    if not isinstance(config.lr, (int, float)) or isinstance(config.lr, bool) or config.lr < 0:
-        raise ValueError(f"lr must be a number >= 0, got {config.lr!r}")
-    unknown = sorted(set(config.options or {}) - set(allowed_options))
-    if unknown:
-        raise ValueError(f"{system} does not know the options {unknown}; expected only {sorted(allowed_options)}")
-
-
-def fixed_num_microbatches(config: SystemConfig, system: str) -> int:
+def fixed_num_microbatches(spec: RunSpec, system: str) -> int:
     """The K a baseline was told to use; baselines cannot choose K from a budget."""
-    if not isinstance(config, SystemConfig):
-        raise TypeError(f"config must be a cherry.bench.system.SystemConfig, got {type(config).__name__}")
-    k = config.num_microbatches
+    if not isinstance(spec, RunSpec):
+        raise TypeError(f"spec must be a cherry.spec.RunSpec, got {type(spec).__name__}")
+    k = spec.num_microbatches
     if k is None:
         raise ValueError(f"{system} needs a fixed K: set num_microbatches (got None)")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -57,20 +43,12 @@ def fixed_num_microbatches(config: SystemConfig, system: str) -> int:
     return k
 
 
-def model_spec(dataset: Dataset, config: SystemConfig) -> ModelSpec:
-    """The `ModelSpec` every system builds for ``dataset`` under ``config``."""
-    return ModelSpec(
-        model=config.model, in_dim=dataset.feature_dim, hidden=config.hidden, num_classes=dataset.num_classes,
-        num_layers=config.num_layers, aggr=config.aggr, heads=config.heads, dropout=config.dropout,
-    )
-
-
-def build_seeded_model(dataset: Dataset, config: SystemConfig, device: torch.device) -> torch.nn.Module:
-    """The model of ``config`` with parameters drawn right after ``torch.manual_seed(config.seed)``, so
+def build_seeded_model(dataset: Dataset, spec: RunSpec, device: torch.device) -> torch.nn.Module:
+    """The model of ``spec`` with parameters drawn right after ``torch.manual_seed(spec.seed)``, so
     every system starts from the same weights; moved to ``device``."""
-    spec = model_spec(dataset, config)
-    torch.manual_seed(config.seed)
-    return build_model(spec).to(device)
+    model_spec = spec.model_spec(dataset)
+    torch.manual_seed(spec.seed)
+    return build_model(model_spec).to(device)
 
 
 def check_seeds(seeds: object, num_nodes: int) -> None:
@@ -111,26 +89,21 @@ class AccumulatingSystem(System):
     """A baseline that runs a logical mini-batch as sequential micro-batches (see module docstring).
 
     Subclasses implement `_accumulate` (sampling and splitting under their own phases, calling
-    `run_microbatch` for each micro-batch) and set ``name``; options are rejected unless listed in
-    ``allowed_options``.
+    `run_microbatch` for each micro-batch) and set ``name``; their options are declared (with their
+    defaults) in the systems table, `cherry.systems`, and arrive validated in ``spec.options``.
     """
 
-    allowed_options: Sequence[str] = ()
-
-    def __init__(self, dataset: Dataset, config: SystemConfig, device: torch.device, memory, probe) -> None:
-        if not isinstance(dataset, Dataset):
-            raise TypeError(f"dataset must be a cherry.data.Dataset, got {type(dataset).__name__}")
-        check_config(config, self.name, self.allowed_options)
-        super().__init__(dataset, config, torch.device(device), memory, probe)
-        self.spec = model_spec(dataset, config)
-        self.model = build_seeded_model(dataset, config, self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
-        self.sampler = NeighborSampler(dataset.graph, tuple(config.fanouts))
+    def __init__(self, dataset: Dataset, spec: RunSpec, device: torch.device, memory, probe) -> None:
+        super().__init__(dataset, spec, torch.device(device), memory, probe)
+        self.model_spec = spec.model_spec(dataset)
+        self.model = build_seeded_model(dataset, spec, self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=spec.lr)
+        self.sampler = NeighborSampler(dataset.graph, spec.fanouts)
         self._loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
 
     # -- the step ----------------------------------------------------------------------------------
-    def step(self, seeds: torch.Tensor, generator: torch.Generator) -> StepOutcome:
-        outcome = self.accumulate_gradients(seeds, generator)
+    def step(self, batch: LoadedBatch) -> StepOutcome:
+        outcome = self.accumulate_gradients(batch.seeds, batch.generator)
         with self.probe.phase("optimizer"):
             self.optimizer.step()
         return outcome
@@ -191,5 +164,4 @@ class AccumulatingSystem(System):
         """Train/valid/test accuracy by layer-wise full-neighbour inference (the shared evaluator)."""
         ds = self.dataset
         logits = layerwise_inference(self.model, ds.graph, ds.features, self.device)
-        return {split: accuracy(logits, ds.labels, getattr(ds, f"{split}_idx"), ds.name)
-                for split in ("train", "valid", "test")}
+        return split_accuracy(logits, ds)

@@ -24,10 +24,10 @@ class BettySystem(AccumulatingSystem):
 
     name = "betty"
 
-    def __init__(self, dataset, config, device, memory, probe) -> None:
-        self.num_microbatches = fixed_num_microbatches(config, self.name)
-        super().__init__(dataset, config, device, memory, probe)
-        self.estimates_lstm = self.spec.model == "sage" and self.spec.aggr == "lstm"
+    def __init__(self, dataset, spec, device, memory, probe) -> None:
+        self.num_microbatches = fixed_num_microbatches(spec, self.name)
+        super().__init__(dataset, spec, device, memory, probe)
+        self.estimates_lstm = self.model_spec.model == "sage" and self.model_spec.aggr == "lstm"
 
     def partition(self, blocks) -> list[torch.Tensor]:
         """Seed positions of each micro-batch (METIS parts of the co-neighbour graph)."""
@@ -48,6 +48,6 @@ class BettySystem(AccumulatingSystem):
         shapes = self.run_all(microbatches(), blocks.num_seeds)
         estimate = None
         if self.estimates_lstm:
-            estimate = max(lstm_estimate_bytes(s.num_edges, self.spec) for s in shapes)
+            estimate = max(lstm_estimate_bytes(s.num_edges, self.model_spec) for s in shapes)
         return StepOutcome(loss=self.loss_so_far(), num_microbatches=len(shapes),
                            redundancy=redundancy_against(blocks, shapes), estimated_peak_bytes=estimate)

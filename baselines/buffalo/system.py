@@ -26,10 +26,10 @@ class BuffaloSystem(AccumulatingSystem):
 
     name = "buffalo"
 
-    def __init__(self, dataset, config, device, memory, probe) -> None:
-        self.num_microbatches = fixed_num_microbatches(config, self.name)
-        super().__init__(dataset, config, device, memory, probe)
-        width = self.spec.layer_dims()[-1].aggregate_dim
+    def __init__(self, dataset, spec, device, memory, probe) -> None:
+        self.num_microbatches = fixed_num_microbatches(spec, self.name)
+        super().__init__(dataset, spec, device, memory, probe)
+        width = self.model_spec.layer_dims()[-1].aggregate_dim
         self.bytes_per_degree = max(1, width) * LSTM_TENSORS_PER_ELEMENT * BYTES_PER_FLOAT
 
     def schedule(self, blocks: Blocks) -> BucketSchedule:

@@ -16,19 +16,16 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from baselines.dgl.checks import check_seeds, draw_seed, host_side, model_spec, raise_unavailable
+from baselines.library import check_seeds, draw_seed, host_side, model_spec, raise_unavailable
 from baselines.dgl.model import DglModel, with_self_edges
-from cherry.bench.system import StepOutcome, System, SystemConfig
+from cherry.bench.system import StepOutcome, System
+from cherry.compat.dgl import dgl_graph
 from cherry.data import Dataset
-from cherry.data.metrics import accuracy
+from cherry.data.metrics import split_accuracy
+from cherry.sampling import LoadedBatch
+from cherry.spec import RunSpec
 
 EVAL_CHUNK = 1 << 16  # destinations per layer-wise inference chunk (as Cherry's default)
-
-
-def dgl_graph(dgl, graph):
-    """The DGL graph of a Cherry CSC `Graph` (edge ``indices[e] -> v`` for ``e`` in column ``v``)."""
-    empty = torch.empty(0, dtype=torch.int64)
-    return dgl.graph(("csc", (graph.indptr, graph.indices, empty)), num_nodes=graph.num_nodes)
 
 
 class DglSystem(System):
@@ -36,9 +33,9 @@ class DglSystem(System):
 
     name = "dgl"
 
-    def __init__(self, dataset: Dataset, config: SystemConfig, device: torch.device, memory, probe) -> None:
-        super().__init__(dataset, config, device, memory, probe)
-        self.spec = model_spec(dataset, config, self.name)
+    def __init__(self, dataset: Dataset, spec: RunSpec, device: torch.device, memory, probe) -> None:
+        super().__init__(dataset, spec, device, memory, probe)
+        self.model_spec = model_spec(dataset, spec, self.name)
         from cherry.compat import import_dgl
 
         try:
@@ -54,17 +51,18 @@ class DglSystem(System):
                 raise_unavailable(f"this DGL build cannot use {self.device}: {str(exc).splitlines()[0]}")
         with host_side():
             self.graph = dgl_graph(dgl, dataset.graph)
-        self.sampler = dgl.dataloading.NeighborSampler(list(config.fanouts))
-        torch.manual_seed(config.seed)  # initial weights, as Cherry's trainer does
-        self.model = DglModel(dgl, self.spec).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        self.sampler = dgl.dataloading.NeighborSampler(list(spec.fanouts))
+        torch.manual_seed(spec.seed)  # initial weights, as Cherry's trainer does
+        self.model = DglModel(dgl, self.model_spec).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=spec.lr)
 
     def _prepare_block(self, block):
         if self.model.needs_self_edges:
             block = with_self_edges(self.dgl, block)
         return block.to(self.device) if self.device.type != "cpu" else block
 
-    def step(self, seeds: torch.Tensor, generator: torch.Generator) -> StepOutcome:
+    def step(self, batch: LoadedBatch) -> StepOutcome:
+        seeds, generator = batch.seeds, batch.generator
         check_seeds(seeds, self.dataset.graph.num_nodes)
         with self.probe.phase("sample"):
             self.dgl.seed(draw_seed(generator))
@@ -93,7 +91,7 @@ class DglSystem(System):
         self.model.eval()
         try:
             h = self.dataset.features
-            for layer in range(self.spec.num_layers):
+            for layer in range(self.model_spec.num_layers):
                 outs = []
                 for start in range(0, n, chunk_size):
                     dst = torch.arange(start, min(start + chunk_size, n), dtype=torch.int64)
@@ -108,5 +106,4 @@ class DglSystem(System):
     def evaluate(self) -> dict[str, float]:
         logits = self.logits()
         ds = self.dataset
-        return {split: accuracy(logits, ds.labels, getattr(ds, f"{split}_idx"), ds.name)
-                for split in ("train", "valid", "test")}
+        return split_accuracy(logits, ds)

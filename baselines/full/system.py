@@ -2,7 +2,7 @@
 
 This is what micro-batching is measured against: the same sampled batch, model and loss
 (``sum CE / |B|``), with all of the batch's activations alive at once, so it is the run that hits the
-memory wall first. ``config.num_microbatches`` is ignored (a sweep over K may pass its K to every
+memory wall first. ``spec.num_microbatches`` is ignored (a sweep over K may pass its K to every
 system); the outcome always reports K = 1.
 """
 from __future__ import annotations

@@ -20,9 +20,9 @@ class NaiveSystem(AccumulatingSystem):
 
     name = "naive"
 
-    def __init__(self, dataset, config, device, memory, probe) -> None:
-        self.num_microbatches = fixed_num_microbatches(config, self.name)
-        super().__init__(dataset, config, device, memory, probe)
+    def __init__(self, dataset, spec, device, memory, probe) -> None:
+        self.num_microbatches = fixed_num_microbatches(spec, self.name)
+        super().__init__(dataset, spec, device, memory, probe)
 
     def _accumulate(self, seeds: torch.Tensor, generator: torch.Generator) -> StepOutcome:
         total = int(seeds.numel())
@@ -30,7 +30,7 @@ class NaiveSystem(AccumulatingSystem):
             perm = torch.randperm(total, generator=generator, device=generator.device).to(seeds.device)
             groups = torch.tensor_split(seeds[perm], min(self.num_microbatches, total))
         num_nodes = self.dataset.graph.num_nodes
-        num_layers = self.config.num_layers
+        num_layers = self.spec.num_layers
         reached = [torch.zeros(num_nodes, dtype=torch.bool) for _ in range(num_layers)]
 
         def microbatches():

@@ -18,22 +18,16 @@ import warnings
 import torch
 from torch.nn import functional as F
 
-from baselines.dgl.checks import check_seeds, draw_seed, host_side, model_spec, raise_unavailable
+from baselines.library import check_seeds, draw_seed, host_side, model_spec, raise_unavailable
 from baselines.pyg.model import PygModel
-from cherry.bench.system import StepOutcome, System, SystemConfig
+from cherry.bench.system import StepOutcome, System
+from cherry.compat.pyg import pyg_data
 from cherry.compat import pyg_sampling_available
 from cherry.data import Dataset
-from cherry.data.metrics import accuracy
+from cherry.data.metrics import split_accuracy
+from cherry.sampling import LoadedBatch
+from cherry.spec import RunSpec
 from cherry.models.inference import layerwise_inference
-
-
-def pyg_data(graph):
-    """A ``torch_geometric.data.Data`` holding only the edges of a Cherry CSC `Graph` (sorted by
-    destination, which lets PyG build its CSC without sorting)."""
-    from torch_geometric.data import Data
-
-    dst = torch.repeat_interleave(torch.arange(graph.num_nodes), graph.in_degrees())
-    return Data(edge_index=torch.stack([graph.indices, dst]), num_nodes=graph.num_nodes)
 
 
 class PygSystem(System):
@@ -41,24 +35,24 @@ class PygSystem(System):
 
     name = "pyg"
 
-    def __init__(self, dataset: Dataset, config: SystemConfig, device: torch.device, memory, probe) -> None:
-        super().__init__(dataset, config, device, memory, probe)
-        self.spec = model_spec(dataset, config, self.name)
+    def __init__(self, dataset: Dataset, spec: RunSpec, device: torch.device, memory, probe) -> None:
+        super().__init__(dataset, spec, device, memory, probe)
+        self.model_spec = model_spec(dataset, spec, self.name)
         ok, reason = pyg_sampling_available()
         if not ok:
             raise_unavailable(reason if "NeighborLoader" in reason else f"PyG NeighborLoader: {reason}")
         from torch_geometric.sampler import NeighborSampler
 
         self.device = torch.device(device)
-        self.num_neighbors = list(reversed(tuple(config.fanouts)))
+        self.num_neighbors = list(reversed(tuple(spec.fanouts)))
         with host_side(), warnings.catch_warnings():
             # PyG warns that sampling without pyg-lib is deprecated; torch-sparse still works.
             warnings.filterwarnings("ignore", message=r".*without a 'pyg-lib' installation")
             self.data = pyg_data(dataset.graph)
             self.sampler = NeighborSampler(self.data, self.num_neighbors, is_sorted=True)
-        torch.manual_seed(config.seed)  # initial weights, as Cherry's trainer does
-        self.model = PygModel(self.spec).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        torch.manual_seed(spec.seed)  # initial weights, as Cherry's trainer does
+        self.model = PygModel(self.model_spec).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=spec.lr)
 
     def _sample(self, seeds: torch.Tensor):
         from torch_geometric.loader import NeighborLoader
@@ -67,7 +61,8 @@ class PygSystem(System):
                                 shuffle=False, neighbor_sampler=self.sampler)
         return next(iter(loader))
 
-    def step(self, seeds: torch.Tensor, generator: torch.Generator) -> StepOutcome:
+    def step(self, batch: LoadedBatch) -> StepOutcome:
+        seeds, generator = batch.seeds, batch.generator
         check_seeds(seeds, self.dataset.graph.num_nodes)
         with self.probe.phase("sample"):
             torch.manual_seed(draw_seed(generator))
@@ -92,5 +87,4 @@ class PygSystem(System):
     def evaluate(self) -> dict[str, float]:
         ds = self.dataset
         logits = layerwise_inference(self.model, ds.graph, ds.features, self.device)
-        return {split: accuracy(logits, ds.labels, getattr(ds, f"{split}_idx"), ds.name)
-                for split in ("train", "valid", "test")}
+        return split_accuracy(logits, ds)

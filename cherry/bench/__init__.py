@@ -1,12 +1,14 @@
-"""Benchmarking: run specs, runner, measurement, records, aggregation (figures and report elsewhere).
+"""Benchmarking: running, measuring and recording (reporting is `cherry.report`).
 
-- `cherry.bench.spec`: `RunSpec`, `load_spec`, `spec_from_dict`, `spec_id` (schema: run.schema.yaml).
-- `cherry.bench.system`: the `System` interface, `SystemConfig`, `StepOutcome`, `SystemUnavailable`.
-- `cherry.bench.systems`: `get_system(name)`, `SYSTEM_NAMES` (cherry + baselines, imported lazily).
+- `cherry.bench.system`: the `System` interface every benchmarked system implements, `StepOutcome`.
+- `cherry.bench.cherry_system`: Cherry behind that interface (the baselines live in `baselines/`).
+- `cherry.bench.runner` / `cherry.bench.run`: ``python -m cherry.bench.run --spec SPEC.json --out
+  RECORD.json`` (one run, one process, one record).
 - `cherry.bench.measure`: `TimingProbe` (phase times), `RunPeakMemory`, `summarize`.
 - `cherry.bench.record`: `build_record`, `validate_record`, `write_record` (schema: record.schema.yaml).
-- `cherry.bench.run`: ``python -m cherry.bench.run --spec SPEC.json --out RECORD.json`` (one run).
 - `cherry.bench.aggregate`: ``collect_records`` and the CSV/Parquet CLI.
+- `cherry.bench.experiments`: the workflow config expanded into run specs.
+- `cherry.bench.benchmarks`: the side-by-side benchmarks behind ``cherry bench``.
 
-Nothing is imported here, so ``import cherry.bench`` stays cheap.
+The run spec is `cherry.spec`, the systems table `cherry.systems`. Nothing is imported here.
 """

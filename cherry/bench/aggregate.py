@@ -19,13 +19,15 @@ from typing import Iterable, Optional
 
 import pandas as pd
 
-from cherry.bench.record import record_columns, record_schema, validate_record
+from cherry.bench.record import record_columns, validate_record
 from cherry.io import read_json, write_bytes_atomic
 
 
 def list_columns() -> tuple[str, ...]:
     """Columns whose values are lists (JSON-encoded in CSV)."""
-    props = record_schema()["properties"]
+    from cherry.schemas import load_schema
+
+    props = load_schema("record")["properties"]
     return tuple(name for name, prop in props.items() if prop.get("type") == "array")
 
 

@@ -25,9 +25,8 @@ from typing import Iterator, Optional, Sequence
 
 import torch
 
-from cherry.bench.system import PHASES
+from cherry.probe import OTHER, PHASES
 
-OTHER = "other"  # step time outside every phase
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ warm-up included, and the first ``warmup_steps`` of them are excluded from every
 """
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -19,17 +18,16 @@ import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from cherry.bench.measure import OTHER, StepTiming, summarize
-from cherry.bench.spec import RunSpec, spec_id
-from cherry.bench.system import PHASES, StepOutcome
+from cherry.bench.measure import StepTiming, summarize
+from cherry.bench.system import StepOutcome
+from cherry.paths import REPO_DIR
+from cherry.probe import TIMED_PHASES
+from cherry.schemas import load_schema, schema_problem
+from cherry.spec import RunSpec, run_id
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "record.schema.yaml"
-REPO_DIR = Path(__file__).resolve().parents[2]
 STATUSES = ("ok", "oom", "timeout", "skipped", "error")
-TIMED_PHASES = PHASES + (OTHER,)
 
 
 @dataclass(frozen=True)
@@ -160,13 +158,14 @@ def provenance(device: str = "cpu") -> dict[str, Any]:
 def identity(spec: RunSpec, budget_bytes: Optional[int]) -> dict[str, Any]:
     return {
         "system": spec.system, "dataset": spec.dataset, "model": spec.model, "aggr": spec.aggr,
-        "layers": spec.layers, "hidden": spec.hidden, "heads": spec.heads, "dropout": spec.dropout,
+        "num_layers": spec.num_layers, "hidden": spec.hidden, "heads": spec.heads, "dropout": spec.dropout,
         "fanouts": ",".join(str(f) for f in spec.fanouts), "batch_size": spec.batch_size, "lr": spec.lr,
-        "microbatches_requested": str(spec.microbatches), "budget_bytes": budget_bytes,
-        "device_memory_bytes": spec.device_memory, "device": spec.device, "seed": spec.seed,
+        "num_microbatches_requested": str(spec.to_dict()["num_microbatches"]), "budget_bytes": budget_bytes,
+        "device_memory_bytes": spec.device_memory_bytes, "device": spec.device, "seed": spec.seed,
         "repeat": spec.repeat, "steps_requested": spec.steps, "warmup_requested": spec.warmup,
-        "epochs": spec.epochs, "evaluate": spec.evaluate, "timeout_s": spec.timeout_s, "tag": spec.tag,
-        "options_json": json.dumps(dict(spec.options), sort_keys=True), "spec_id": spec_id(spec),
+        "epochs": spec.epochs, "evaluate": spec.evaluate, "timeout_s": spec.timeout_s,
+        "experiment": spec.experiment, "axis": spec.axis,
+        "options_json": json.dumps(dict(spec.options), sort_keys=True), "run_id": run_id(spec),
     }
 
 
@@ -223,28 +222,16 @@ def build_record(spec: RunSpec, m: RunMeasurements, prov: Optional[dict] = None)
     return record
 
 
-@functools.lru_cache(maxsize=None)
-def record_schema() -> dict:
-    import yaml
-
-    with open(SCHEMA_PATH, encoding="utf-8") as f:
-        return yaml.safe_load(f)
-
-
 def record_columns() -> tuple[str, ...]:
     """Every column of a record, in the schema's order."""
-    return tuple(record_schema()["properties"])
+    return tuple(load_schema("record")["properties"])
 
 
 def validate_record(record: dict) -> None:
     """Raise ValueError (one line naming the column) unless ``record`` matches the record schema."""
-    import jsonschema
-
-    errors = list(jsonschema.Draft202012Validator(record_schema()).iter_errors(record))
-    if errors:
-        best = jsonschema.exceptions.best_match(errors)
-        where = "/".join(str(p) for p in best.absolute_path) or "(top level)"
-        raise ValueError(" ".join(f"invalid record: column {where}: {best.message}".split()))
+    problem = schema_problem(record, "record", "record")
+    if problem is not None:
+        raise ValueError(problem.replace("key ", "column ", 1))
 
 
 def write_record(path: str | os.PathLike, record: dict) -> None:

@@ -20,7 +20,7 @@ import sys
 from typing import Optional
 
 from cherry.bench.runner import EXIT_BAD_SPEC, apply_process_switches, execute
-from cherry.bench.spec import SpecError, load_spec
+from cherry.spec import SpecError, load_spec
 
 
 def main(argv: Optional[list[str]] = None) -> int:

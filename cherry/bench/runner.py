@@ -1,10 +1,10 @@
 """The body of one benchmark run (see `cherry.bench.run` for the command and the outcomes).
 
-Batches: a `torch.Generator` seeded with ``spec.seed`` shuffles the training seeds; steps take
-consecutive batches of ``batch_size`` (steps mode drops a partial last batch unless the training set
-is smaller than one batch, and reshuffles when the set is used up; epochs mode covers the whole set
-every epoch). A second generator, seeded from ``spec.seed`` as well, is handed to the system for
-sampling, so every system sees the same batches and the same sampling stream.
+Batches come from `cherry.sampling.BatchLoader` by the one rule of `cherry.sampling.loader` (the
+Trainer's), so every system sees the same batches and the same sampling stream. A system that
+prepares ahead (cherry: sampling and planning) has batch ``i + 1`` prepared on the loader's thread
+while batch ``i`` steps; the step's ``sample`` phase is the wait for it. Systems are built from the
+spec with its budget resolved (`cherry.spec.resolve_budget_bytes`), the one rule of every engine.
 """
 from __future__ import annotations
 
@@ -15,38 +15,25 @@ import signal
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
 
 from cherry.bench.measure import RunPeakMemory, TimingProbe
 from cherry.bench.record import RunMeasurements, build_record, write_record
-from cherry.bench.spec import RunSpec
-from cherry.bench.system import StepOutcome, SystemConfig, SystemUnavailable
+from cherry.bench.system import SystemUnavailable
+from cherry.data.metrics import SPLITS
+from cherry.sampling import BatchLoader, sampling_generator, spec_seed_batches
+from cherry.spec import RunSpec, resolve_budget_bytes
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_SPEC = 0, 1, 2
-BUDGET_RESERVE_FRACTION = 0.1  # of device_memory, kept for what the budget does not model
-SAMPLE_SEED_OFFSET = 1_000_003
 
 
 def apply_process_switches(spec: RunSpec) -> None:
     """Environment switches that must precede the first op (one process per run makes them safe)."""
-    if spec.system == "cherry" and spec.options.get("native_ops") is False:
+    if spec.options.get("native_ops") is False:
         os.environ["CHERRY_NO_EXT"] = "1"
-
-
-def effective_budget_bytes(spec: RunSpec) -> Optional[int]:
-    """``budget``; else ``device_memory`` less a 10% reserve; else, for "auto" on a GPU, 90% of the
-    device's memory; else None."""
-    if spec.budget is not None:
-        return spec.budget
-    capacity = spec.device_memory
-    if capacity is None and spec.microbatches == "auto" and spec.device == "cuda" and torch.cuda.is_available():
-        capacity = int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
-    if capacity is None:
-        return None
-    return max(capacity - int(capacity * BUDGET_RESERVE_FRACTION), 1)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -69,7 +56,7 @@ class _Progress:
     timings: list = field(default_factory=list)
     outcomes: list = field(default_factory=list)
     epoch_losses: list = field(default_factory=list)
-    epoch_acc: dict = field(default_factory=lambda: {"train": [], "valid": [], "test": []})
+    epoch_acc: dict = field(default_factory=lambda: {split: [] for split in SPLITS})
     epoch_eval_s: list = field(default_factory=list)
     final_accuracy: Optional[dict] = None
     num_parameters: Optional[int] = None
@@ -112,28 +99,6 @@ class _Deadline:
             raise RunTimeout(f"run exceeded timeout_s={self.timeout_s:g} s")
 
 
-def system_config(spec: RunSpec, budget_bytes: Optional[int]) -> SystemConfig:
-    return SystemConfig(
-        model=spec.model, aggr=spec.aggr, num_layers=spec.layers, hidden=spec.hidden, heads=spec.heads,
-        dropout=spec.dropout, fanouts=tuple(spec.fanouts), batch_size=spec.batch_size, lr=spec.lr,
-        num_microbatches=spec.num_microbatches, budget_bytes=budget_bytes, seed=spec.seed,
-        options=dict(spec.options),
-    )
-
-
-def _batches(train_idx: torch.Tensor, batch_size: int, gen: torch.Generator, drop_last: bool) -> list:
-    order = train_idx[torch.randperm(train_idx.numel(), generator=gen)]
-    batches = list(torch.split(order, batch_size))
-    if drop_last and len(batches) > 1 and batches[-1].numel() < batch_size:
-        batches.pop()
-    return batches
-
-
-def _step_stream(train_idx: torch.Tensor, batch_size: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
-    while True:
-        yield from _batches(train_idx, batch_size, gen, drop_last=True)
-
-
 def _nvml_index() -> int:
     """NVML's index of the current CUDA device (they differ when CUDA_VISIBLE_DEVICES remaps)."""
     index = torch.cuda.current_device()
@@ -145,7 +110,7 @@ def _nvml_index() -> int:
 
 def _check_skips(spec: RunSpec):
     """The system class, or `Skipped` when this run cannot happen here."""
-    from cherry.bench.systems import get_system
+    from cherry.systems import get_system
 
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise Skipped("device cuda asked for, but CUDA is not available on this machine")
@@ -163,23 +128,30 @@ class _Run:
         self.spec, self.log = spec, log
         self.progress = _Progress()
         self.deadline = _Deadline(spec.timeout_s)
-        self.budget_bytes = effective_budget_bytes(spec)
+        self.budget_bytes = resolve_budget_bytes(spec)
         self.device = torch.device(spec.device)
 
-    def _timed_step(self, system, probe: TimingProbe, seeds: torch.Tensor, gen: torch.Generator, label: str) -> StepOutcome:
-        self.deadline.check()
-        probe.start_step()
-        try:
-            outcome = system.step(seeds, gen)
-        except BaseException:
-            probe.abort_step()
-            raise
-        timing = probe.end_step()
-        self.progress.timings.append(timing)
-        self.progress.outcomes.append(outcome)
-        self.log(f"[{self.spec.system}] {label} loss={outcome.loss:.4f} K={outcome.num_microbatches} "
-                 f"time={timing.total_s:.4f}s")
-        return outcome
+    def _timed_steps(self, system, probe: TimingProbe, loader: BatchLoader, label: Callable[[int], str]) -> list:
+        """Step through ``loader``: each step's timing includes the wait for its batch (``sample``)."""
+        outcomes = []
+        batches = iter(loader)
+        for i in range(len(loader)):
+            self.deadline.check()
+            probe.start_step()
+            try:
+                with probe.phase("sample"):
+                    batch = next(batches)
+                outcome = system.step(batch)
+            except BaseException:
+                probe.abort_step()
+                raise
+            timing = probe.end_step()
+            self.progress.timings.append(timing)
+            self.progress.outcomes.append(outcome)
+            outcomes.append((batch.seeds.numel(), outcome))
+            self.log(f"[{self.spec.system}] {label(i)} loss={outcome.loss:.4f} K={outcome.num_microbatches} "
+                     f"time={timing.total_s:.4f}s")
+        return outcomes
 
     def _evaluate(self, system) -> dict:
         self.deadline.check()
@@ -189,52 +161,53 @@ class _Run:
         self.progress.final_accuracy = dict(acc)
         return acc
 
+    def _loader(self, system, batches: list) -> BatchLoader:
+        prepare = system.prepare if system.prepares_ahead else None
+        return BatchLoader(batches, self.generator, prepare)
+
     def _train(self, system, probe: TimingProbe, dataset) -> None:
         spec, p = self.spec, self.progress
-        order_gen = torch.Generator().manual_seed(spec.seed)
-        sample_gen = torch.Generator().manual_seed(spec.seed * SAMPLE_SEED_OFFSET + 1)
+        self.generator = sampling_generator(spec.seed)
         if spec.epochs == 0:
-            stream = _step_stream(dataset.train_idx, spec.batch_size, order_gen)
             total = spec.warmup + spec.steps
-            for i in range(total):
-                tag = " (warm-up)" if i < spec.warmup else ""
-                self._timed_step(system, probe, next(stream), sample_gen, f"step {i + 1}/{total}{tag}")
+            with self._loader(system, spec_seed_batches(spec, dataset.train_idx)) as loader:
+                self._timed_steps(system, probe, loader, lambda i: f"step {i + 1}/{total}"
+                                  + (" (warm-up)" if i < spec.warmup else ""))
             if spec.evaluate:
                 self._evaluate(system)
             return
         for epoch in range(spec.epochs):
-            batches = _batches(dataset.train_idx, spec.batch_size, order_gen, drop_last=False)
-            weighted, seen = 0.0, 0
-            for i, seeds in enumerate(batches):
-                out = self._timed_step(system, probe, seeds, sample_gen, f"epoch {epoch} step {i + 1}/{len(batches)}")
-                weighted += out.loss * seeds.numel()
-                seen += seeds.numel()
-            p.epoch_losses.append(weighted / max(seen, 1))
+            batches = spec_seed_batches(spec, dataset.train_idx, epoch)
+            with self._loader(system, batches) as loader:
+                done = self._timed_steps(system, probe, loader,
+                                         lambda i: f"epoch {epoch} step {i + 1}/{len(batches)}")
+            seen = sum(n for n, _ in done)
+            p.epoch_losses.append(sum(o.loss * n for n, o in done) / max(seen, 1))
             if spec.evaluate:
                 acc = self._evaluate(system)
-                for split in ("train", "valid", "test"):
+                for split in SPLITS:
                     p.epoch_acc[split].append(acc.get(split))
                 self.log(f"[{spec.system}] epoch {epoch}: loss={p.epoch_losses[-1]:.4f} valid_acc={acc.get('valid')}")
 
-    def _measure_run(self, cls, config: SystemConfig) -> None:
+    def _measure_run(self, cls, spec: RunSpec) -> None:
         from cherry.data import load_dataset
         from cherry.memory import DeviceMemory, NvmlSampler
 
-        spec, p = self.spec, self.progress
+        p = self.progress
         t0 = time.perf_counter()
         dataset = load_dataset(spec.dataset, spec.root)
         p.load_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        cls.preprocess(dataset, config)
+        cls.preprocess(dataset, spec)
         p.preprocess_s = time.perf_counter() - t0
         nvml = NvmlSampler(_nvml_index()) if self.device.type == "cuda" else nullcontext()
-        with DeviceMemory(self.device, spec.device_memory) as raw_memory, nvml as sampler:
+        with DeviceMemory(self.device, spec.device_memory_bytes) as raw_memory, nvml as sampler:
             memory = RunPeakMemory(raw_memory)
             probe = TimingProbe(self.device)
             system = None
             try:
                 t0 = time.perf_counter()
-                system = cls(dataset, config, self.device, memory, probe)
+                system = cls(dataset, spec, self.device, memory, probe)
                 p.build_s = time.perf_counter() - t0
                 p.num_parameters = getattr(system, "num_parameters", None)
                 self._train(system, probe, dataset)
@@ -260,7 +233,7 @@ class _Run:
             cls = _check_skips(spec)
         except Skipped as exc:
             return "skipped", str(exc)
-        config = system_config(spec, self.budget_bytes)
+        resolved = spec if self.budget_bytes == spec.budget_bytes else spec.replace(budget_bytes=self.budget_bytes)
         if self.device.type == "cpu":
             # The CPU tracker's dispatch mode imports torch._dynamo on first use (about 1 s); do it
             # here so neither build_s nor the timeout pays for an import.
@@ -268,7 +241,7 @@ class _Run:
         try:
             try:
                 self.deadline.arm()
-                self._measure_run(cls, config)
+                self._measure_run(cls, resolved)
             finally:
                 self.deadline.disarm()
         except RunTimeout as exc:

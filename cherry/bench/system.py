@@ -1,56 +1,38 @@
 """The interface every benchmarked system implements (cherry and each baseline), so one runner and one
 measurement code serve them all.
 
-A system is built once per run (inside the run's device memory, so its parameters and state count)
-and then asked for optimizer steps on logical mini-batches given as seed ids. Inside a step it reports
-its phases through ``probe.phase(name)`` with names from `PHASES`; the runner times them. The system
-samples (from the generator it is handed) and measures nothing; the runner only hands seeds, times
-the phases and reads `StepOutcome`s.
+A system is built once per run from the run's `cherry.spec.RunSpec` — with ``budget_bytes`` already
+resolved by `cherry.spec.resolve_budget_bytes`, so every system sees the same budget — inside the
+run's device memory (so its parameters and state count). The runner then iterates the run's batches
+with a `cherry.sampling.BatchLoader` and asks for one optimizer step per `LoadedBatch`. A system that
+samples (and plans) ahead sets ``prepares_ahead`` and implements `System.prepare`, which the loader
+runs for batch ``i + 1`` on its background thread while batch ``i`` steps; the others sample inside
+their step from ``batch.generator``. Inside a step a system reports its phases through
+``probe.phase(name)`` with names from `cherry.probe.PHASES`; it measures nothing itself.
 
-Contract of `System.step`: exactly one optimizer step covering all ``seeds`` (every system trains the
-same logical mini-batch); an out-of-memory propagates as ``torch.OutOfMemoryError``.
+Contract of `System.step`: exactly one optimizer step covering all of ``batch.seeds`` (every system
+trains the same logical mini-batch); an out-of-memory propagates as ``torch.OutOfMemoryError``.
 
 A system that cannot run here (a missing package or backend, an unsupported configuration) raises
 `SystemUnavailable` from its constructor: the run is then recorded as ``skipped`` with that reason.
-Only systems with ``accepts_auto_microbatches = True`` accept ``num_microbatches=None`` ("auto": K from
-the budget, or, for a system that never splits, K = 1); the runner records the others as skipped for
-such a spec without building them.
+``spec.num_microbatches`` is None ("auto") only for systems with ``accepts_auto_microbatches``; the
+runner records the others as skipped for such a spec without building them.
 """
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 
 from cherry.data import Dataset
+from cherry.sampling import LoadedBatch
+from cherry.spec import RunSpec
 
 
 class SystemUnavailable(RuntimeError):
     """This system cannot run in this environment or configuration; the message says why (one line)."""
-
-
-PHASES = ("sample", "plan", "slice", "gather", "forward_backward", "optimizer")
-
-
-@dataclass(frozen=True)
-class SystemConfig:
-    """What every system is told: the model and the training setup, identical across systems."""
-
-    model: str
-    aggr: Optional[str]
-    num_layers: int
-    hidden: int
-    heads: int
-    dropout: float
-    fanouts: tuple[int, ...]
-    batch_size: int
-    lr: float
-    num_microbatches: Optional[int]  # None = the system chooses (only cherry can)
-    budget_bytes: Optional[int]
-    seed: int
-    options: dict  # system-specific switches (e.g. cherry's ablations), validated by the system
 
 
 @dataclass(frozen=True)
@@ -66,22 +48,31 @@ class System(abc.ABC):
 
     name: ClassVar[str]
     accepts_auto_microbatches: ClassVar[bool] = False  # True: accepts num_microbatches=None (K from the budget)
+    prepares_ahead: ClassVar[bool] = False  # True: the loader runs `prepare` ahead of each step
 
-    def __init__(self, dataset: Dataset, config: SystemConfig, device: torch.device, memory, probe) -> None:
+    def __init__(self, dataset: Dataset, spec: RunSpec, device: torch.device, memory, probe) -> None:
+        if not isinstance(dataset, Dataset):
+            raise TypeError(f"dataset must be a cherry.data.Dataset, got {type(dataset).__name__}")
+        if not isinstance(spec, RunSpec):
+            raise TypeError(f"spec must be a cherry.spec.RunSpec, got {type(spec).__name__}")
         self.dataset = dataset
-        self.config = config
+        self.spec = spec
         self.device = device
         self.memory = memory
         self.probe = probe
 
     @classmethod
-    def preprocess(cls, dataset: Dataset, config: SystemConfig) -> None:
+    def preprocess(cls, dataset: Dataset, spec: RunSpec) -> None:
         """Once-per-dataset host-side work (e.g. a cached seed ordering), run before the run enters the
         device memory and timed apart from the steps (``preprocess_s``). Default: nothing."""
 
+    def prepare(self, seeds: torch.Tensor, generator: torch.Generator) -> Any:
+        """Work for one batch done ahead of its step on the loader's thread (``prepares_ahead``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not prepare batches ahead")
+
     @abc.abstractmethod
-    def step(self, seeds: torch.Tensor, generator: torch.Generator) -> StepOutcome:
-        """One optimizer step on the logical mini-batch ``seeds``; sampling draws from ``generator``."""
+    def step(self, batch: LoadedBatch) -> StepOutcome:
+        """One optimizer step on the logical mini-batch ``batch.seeds``."""
 
     @abc.abstractmethod
     def evaluate(self) -> dict[str, float]:

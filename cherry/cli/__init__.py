@@ -2,22 +2,21 @@
 
 Each module in `COMMANDS` exposes ``register(subparsers)``, which adds its parser and sets
 ``func`` (taking the parsed namespace, returning an exit code). Bad input surfaces as a one-line
-``cherry: error: ...`` message and exit status 2, never a traceback.
+``cherry: error: ...`` message and exit status 2, never a traceback or a usage block.
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
+
+from cherry.cli.options import OneLineParser, join_negative_values
 
 COMMANDS = ("data", "train", "verify", "bench")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="cherry", description="Exact micro-batched GNN training under a memory budget."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="cherry", description="Exact micro-batched GNN training under a memory budget.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for name in COMMANDS:
         importlib.import_module(f"cherry.cli.{name}").register(sub)
     return parser
@@ -25,11 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_negative_values(list(sys.argv[1:] if argv is None else argv)))
     try:
         return int(args.func(args) or 0)
     except (ValueError, TypeError, FileNotFoundError) as exc:
-        print(f"cherry: error: {exc}", file=sys.stderr)
+        print(f"cherry: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
 
 

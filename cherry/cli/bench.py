@@ -1,17 +1,87 @@
 """`cherry bench ops|engine|systems`: side-by-side benchmarks that print ratios measured in one run.
 
-Each benchmark lives in `cherry.bench.benchmarks.<name>` and exposes ``register(subparsers)``.
+The command line of each benchmark is defined here; the measuring lives in
+`cherry.bench.benchmarks.<name>.run(args)`, which imports no CLI code.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 
+from cherry.cli.options import fanout_list, positive_int, size_bytes
+
 BENCHMARKS = ("ops", "engine", "systems")
+
+
+def _runner(name: str):
+    def run(args: argparse.Namespace) -> int:
+        return importlib.import_module(f"cherry.bench.benchmarks.{name}").run(args)
+    return run
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks: native ops, engine overheads, systems side by side")
-    inner = p.add_subparsers(dest="benchmark", required=True)
+    inner = p.add_subparsers(dest="benchmark", required=True, parser_class=type(p))
     for name in BENCHMARKS:
-        importlib.import_module(f"cherry.bench.benchmarks.{name}").register(inner)
+        globals()[f"_register_{name}"](inner)
+
+
+def _register_ops(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ops", help="native sampler, slicing and aggregation vs DGL and PyG")
+    p.add_argument("--dataset", default="synth-arxiv")
+    p.add_argument("--root", default=None)
+    p.add_argument("--synthetic-nodes", type=positive_int, default=None, metavar="N",
+                   help="use a Chung-Lu power-law graph of N nodes instead of --dataset")
+    p.add_argument("--synthetic-degree", type=float, default=13.7,
+                   help="average in-degree of the Chung-Lu graph (ogbn-arxiv symmetrised: 13.7)")
+    p.add_argument("--batch-size", type=positive_int, default=1024)
+    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
+    p.add_argument("--repeats", type=positive_int, default=20)
+    p.add_argument("--features", type=positive_int, default=256)
+    p.add_argument("--microbatches", type=positive_int, default=4, help="K for the slicing comparison")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="intra-op threads for torch, Cherry's ops and DGL (default: torch's setting)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_runner("ops"))
+
+
+
+
+def _register_engine(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("engine", help="step time vs K, planning share, redundancy, estimator error")
+    p.add_argument("--dataset", default="synth-arxiv")
+    p.add_argument("--root", default=None)
+    p.add_argument("--aggrs", default="mean,lstm", help="comma-separated GraphSAGE aggregators")
+    p.add_argument("--ks", default="2,4,8", help="comma-separated K values compared with K=1")
+    p.add_argument("--hidden", type=positive_int, default=128)
+    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
+    p.add_argument("--batch-size", type=positive_int, default=1024)
+    p.add_argument("--steps", type=positive_int, default=4, help="measured steps per K")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, metavar="OUT")
+    p.set_defaults(func=_runner("engine"))
+
+
+
+
+def _register_systems(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("systems", help="cherry vs betty, buffalo, naive, full, dgl, pyg at equal K and budget")
+    p.add_argument("--dataset", default="synth-arxiv")
+    p.add_argument("--root", default=None)
+    p.add_argument("--systems", default="cherry,betty,buffalo,naive,full,dgl,pyg", help="comma-separated system names")
+    p.add_argument("--aggr", choices=("mean", "pool", "lstm"), default="mean")
+    p.add_argument("--hidden", type=positive_int, default=128)
+    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
+    p.add_argument("--batch-size", type=positive_int, default=8192)
+    p.add_argument("--microbatches", type=positive_int, default=8, help="K for every micro-batching system")
+    p.add_argument("--device-memory", type=size_bytes, default=None, help="emulated capacity (CPU) / cap (GPU)")
+    p.add_argument("--steps", type=positive_int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1, help="OMP/torch threads per run (default 1)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--out-dir", default="results/bench-systems", help="where specs and records go")
+    p.set_defaults(func=_runner("systems"))
+
+

@@ -1,43 +1,100 @@
-"""`cherry train`: train a model with automatic micro-batching under a (possibly emulated) memory budget."""
+"""`cherry train`: train a model with automatic micro-batching under a (possibly emulated) memory budget.
+
+The options are the run spec's (`cherry.cli.options`). `train` runs the epochs inside the (emulated
+or real) device memory with a progress bar, and turns an out-of-memory into a result (``status:
+"oom"``, exit 3) instead of a crash; ``--json`` writes its summary as strict JSON (no NaN).
+"""
 from __future__ import annotations
 
 import argparse
-import json
+import math
+import statistics
 import sys
+from dataclasses import asdict
+from typing import Callable
 
-from cherry.cli.options import add_memory_options, add_model_options, resolve_budget
+from cherry.cli.options import add_ordering_option, add_spec_options, spec_from_args
 from cherry.memory import format_size
+from cherry.spec import RunSpec
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train with exact micro-batching under a memory budget")
-    add_model_options(p)
-    add_memory_options(p)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--max-steps", type=int, default=None, help="cap on steps per epoch (for quick runs)")
-    p.add_argument("--no-eval", action="store_true", help="skip layer-wise evaluation after each epoch")
-    p.add_argument("--ordering", choices=("metis", "none", "random"), default="metis")
+    add_spec_options(p)
+    add_ordering_option(p)
+    p.add_argument("--no-eval", dest="evaluate", action="store_const", const="false", default=argparse.SUPPRESS,
+                   help="skip the layer-wise evaluation after each epoch (= --evaluate false)")
     p.add_argument("--json", default=None, metavar="OUT", help="write a JSON summary here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, _parser=p)
+
+
+def _finite(value):
+    """``value`` with every NaN or infinity (e.g. an accuracy not evaluated) as None: strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = print) -> dict:
+    """Train every epoch of ``spec``; return a JSON-able summary (``status`` ok or oom)."""
+    import torch
+    from tqdm import tqdm
+
+    from cherry.data import load_dataset
+    from cherry.execution import Trainer
+    from cherry.memory import DeviceMemory
+    from cherry.ops import extension_status
+
+    summary: dict = {"spec": spec.to_dict(), "status": "ok", "reason": None, "epochs": []}
+    dataset = load_dataset(spec.dataset, spec.root)
+    with DeviceMemory(spec.device, spec.device_memory_bytes) as memory:
+        trainer = Trainer(dataset, spec, memory=memory)
+        summary["num_parameters"] = trainer.num_parameters
+        summary["native_ops"] = extension_status()
+        try:
+            for epoch in range(spec.epochs):
+                bar = tqdm(total=trainer.num_steps(epoch), desc=f"epoch {epoch}", disable=not progress, leave=False)
+
+                def on_step(stats, bar=bar):
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{stats.loss:.4f}", K=stats.num_microbatches)
+
+                result = trainer.run_epoch(epoch, on_step)
+                bar.close()
+                summary["epochs"].append(asdict(result))
+                peak = result.measured_peak_bytes
+                echo(f"epoch {epoch}: loss={result.loss:.4f} train_acc={result.train_acc:.4f} "
+                     f"valid_acc={result.valid_acc:.4f} K={result.max_microbatches} "
+                     f"peak={format_size(peak) if peak else 'n/a'} est={format_size(result.estimated_peak_bytes)}")
+        except torch.OutOfMemoryError as exc:
+            summary.update(status="oom", reason=str(exc).splitlines()[0])
+        finally:
+            trainer.close()
+        errors = trainer.memory_model.relative_errors()
+        summary["estimator_median_relative_error"] = statistics.median(errors) if errors else None
+    return _finite(summary)
 
 
 def run(args: argparse.Namespace) -> int:
-    from cherry.io import write_json_atomic
-    from cherry.session import TrainingSession
+    from cherry.io import check_writable, write_json_atomic
 
-    if args.epochs < 1:
-        raise ValueError(f"--epochs must be >= 1, got {args.epochs}")
-    budget = resolve_budget(args)
-    session = TrainingSession.from_args(args, budget)
-    summary = session.run(progress=not args.quiet, echo=lambda line: print(line, flush=True))
+    spec = spec_from_args(args, args._parser)
+    if spec.epochs < 1:
+        raise ValueError(f"--epochs: expected an integer >= 1 for training, got {spec.epochs}")
+    if args.json:
+        check_writable(args.json)  # before the work, not after it
+    summary = train(spec, progress=not args.quiet, echo=lambda line: print(line, flush=True))
     if args.json:
         write_json_atomic(args.json, summary)
     if summary["status"] == "oom":
         print(f"cherry: out of memory: {summary['reason']}", file=sys.stderr)
         return 3
     last = summary["epochs"][-1]
-    print(f"done: K={last['max_microbatches']} peak={format_size(last['measured_peak_bytes'] or 0)} "
-          f"valid_acc={last['valid_acc']:.4f} test_acc={last['test_acc']:.4f}")
+    acc = " ".join(f"{k}={last[k]:.4f}" for k in ("valid_acc", "test_acc") if last[k] is not None)
+    print(f"done: K={last['max_microbatches']} peak={format_size(last['measured_peak_bytes'] or 0)} {acc}".rstrip())
     return 0

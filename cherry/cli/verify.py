@@ -1,47 +1,64 @@
-"""`cherry verify`: show that K micro-batches give the mini-batch's gradient (exit 1 above tolerance)."""
+"""`cherry verify`: show that K micro-batches give the mini-batch's gradient (exit 1 above tolerance).
+
+The options are the run spec's (`cherry.cli.options`); ``--microbatches K`` is required. The batch is
+the run's first (`cherry.sampling.loader`), sampled once; both gradients come from the executor on
+those same blocks and weights.
+"""
 from __future__ import annotations
 
 import argparse
 
-from cherry.cli.options import add_model_options, positive_int
-
+from cherry.cli.options import add_ordering_option, add_spec_options, spec_from_args
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="compare the K-micro-batch gradient with the whole batch's")
-    add_model_options(p)
-    p.add_argument("--microbatches", type=positive_int, required=True, metavar="K")
+    add_spec_options(p)  # every spec key, so a workflow check's settings pass through unchanged
+    add_ordering_option(p)
     p.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed relative difference")
-    p.add_argument("--ordering", choices=("metis", "none", "random"), default="metis")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, _parser=p)
 
 
 def run(args: argparse.Namespace) -> int:
+    import math
+
+    from cherry.data import load_dataset
+    from cherry.execution.verify import compare_gradients
+    from cherry.models import build_model
+    from cherry.planning import MemoryModel, seed_rank
+    from cherry.sampling import BatchLoader, NeighborSampler, sampling_generator, spec_seed_batches
+
+    if not (math.isfinite(args.tolerance) and args.tolerance > 0):
+        raise ValueError(f"--tolerance: expected a positive number, got {args.tolerance}")
+    spec = spec_from_args(args, args._parser, epochs=1)
+    if spec.num_microbatches is None:
+        raise ValueError("--microbatches: expected a fixed K >= 1 to compare with K = 1, got 'auto'")
+    if spec.dropout != 0:
+        raise ValueError(f"--dropout: must be 0 for gradient equivalence, got {spec.dropout}")
+    if spec.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device: cuda was asked for, but no CUDA device is available")
+    dataset = load_dataset(spec.dataset, spec.root)
     import torch
 
-    from cherry.execution.verify import compare_gradients
-    from cherry.planning import MemoryModel
-    from cherry.sampling import NeighborSampler
-    from cherry.session import TrainingSession, seed_rank_for
-
-    if args.dropout != 0:
-        raise ValueError(f"--dropout must be 0 for gradient equivalence, got {args.dropout}")
-    args.device_memory = None
-    trainer_args = TrainingSession.from_args(args, None)
-    trainer = trainer_args.build()
-    ds = trainer.dataset
-    gen = torch.Generator().manual_seed(args.seed)
-    seeds = ds.train_idx[torch.randperm(ds.train_idx.numel(), generator=gen)[: args.batch_size]]
-    blocks = NeighborSampler(ds.graph, list(args.fanouts)).sample(seeds, gen)
-    rank = seed_rank_for(ds, args.ordering, args.seed)
-    diffs = compare_gradients(trainer.model, MemoryModel.for_model(trainer.spec), blocks, ds.features,
-                              ds.labels, args.microbatches, rank, args.device)
-    trainer.close()
+    torch.manual_seed(spec.seed)
+    model_spec = spec.model_spec(dataset)
+    model = build_model(model_spec).to(spec.device)
+    sampler = NeighborSampler(dataset.graph, spec.fanouts)
+    first = spec_seed_batches(spec, dataset.train_idx, epoch=0)[:1]
+    with BatchLoader(first, sampling_generator(spec.seed), sampler.sample) as loader:
+        blocks = next(iter(loader)).prepared
+    k = min(spec.num_microbatches, blocks.num_seeds)
+    rank = seed_rank(dataset, spec.ordering, spec.seed)
+    diffs = compare_gradients(model, MemoryModel.for_model(model_spec), blocks, dataset.features, dataset.labels,
+                              k, rank, spec.device)
     width = max(len(d.name) for d in diffs)
     print(f"{'parameter':<{width}}  {'max_abs_diff':>12}  {'max_rel_diff':>12}")
     for d in diffs:
         print(f"{d.name:<{width}}  {d.max_abs_diff:12.3e}  {d.max_rel_diff:12.3e}")
     worst = max(d.max_rel_diff for d in diffs)
     ok = worst <= args.tolerance
-    print(f"K={args.microbatches} vs K=1 on {blocks.num_seeds} seeds: largest relative difference "
+    print(f"K={k} vs K=1 on {blocks.num_seeds} seeds: largest relative difference "
           f"{worst:.3e} ({'within' if ok else 'ABOVE'} tolerance {args.tolerance:g})")
     return 0 if ok else 1

@@ -16,6 +16,7 @@ modules; their native-backed functions (GraphBolt sampling, ``dgl.sparse`` ops) 
 """
 from __future__ import annotations
 
+import torch
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -115,3 +116,9 @@ def dgl_available() -> tuple[bool, str]:
     if skipped:
         note += " (without native " + ", ".join(sorted(skipped)) + ": library not built for this torch)"
     return True, note
+
+
+def dgl_graph(dgl, graph):
+    """The DGL graph of a Cherry CSC `Graph` (edge ``indices[e] -> v`` for ``e`` in column ``v``)."""
+    empty = torch.empty(0, dtype=torch.int64)
+    return dgl.graph(("csc", (graph.indptr, graph.indices, empty)), num_nodes=graph.num_nodes)

@@ -8,6 +8,7 @@ with the branch ``NeighborSampler`` takes; it samples nothing.
 """
 from __future__ import annotations
 
+import torch
 
 def pyg_available() -> tuple[bool, str]:
     """(True, version) when ``torch_geometric`` imports (its nn layers then work); never raises."""
@@ -36,3 +37,12 @@ def pyg_sampling_available() -> tuple[bool, str]:
         "NeighborLoader needs pyg-lib or torch-sparse, neither imports "
         "(install: MAX_JOBS=2 pip install --no-build-isolation torch-scatter torch-sparse)"
     )
+
+
+def pyg_data(graph):
+    """A ``torch_geometric.data.Data`` holding only the edges of a Cherry CSC `Graph` (sorted by
+    destination, which lets PyG build its CSC without sorting)."""
+    from torch_geometric.data import Data
+
+    dst = torch.repeat_interleave(torch.arange(graph.num_nodes), graph.in_degrees())
+    return Data(edge_index=torch.stack([graph.indices, dst]), num_nodes=graph.num_nodes)

@@ -19,3 +19,12 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor, index: torch.Tensor, da
 
         return float(Evaluator(dataset_name).eval({"y_true": true.view(-1, 1), "y_pred": pred.view(-1, 1)})["acc"])
     return float((pred == true).double().mean())
+
+
+SPLITS = ("train", "valid", "test")
+
+
+def split_accuracy(logits: torch.Tensor, dataset) -> dict[str, float]:
+    """``{"train", "valid", "test"}`` accuracy of full-graph ``logits`` on ``dataset``'s splits."""
+    return {split: accuracy(logits, dataset.labels, getattr(dataset, f"{split}_idx"), dataset.name)
+            for split in SPLITS}

@@ -18,12 +18,12 @@ import gc
 from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
-from cherry.execution.probe import DeviceMemoryLike, NullProbe, Probe
+from cherry.probe import DeviceMemoryLike, NullProbe, Probe
 from cherry.planning import BatchShape, MemoryModel, MicrobatchPlan, plan_microbatches
 from cherry.sampling import Blocks
 
@@ -34,15 +34,16 @@ class MicrobatchOutOfMemoryError(torch.OutOfMemoryError):
 
 @dataclass(frozen=True)
 class ExecutorOptions:
-    """How a step is executed. ``num_microbatches=None`` means: choose K from ``budget_bytes``."""
+    """How a step is executed, derived from a run spec by `from_spec` (the one place that maps the
+    spec's settings to the executor's). ``num_microbatches=None`` means: choose K from ``budget_bytes``."""
 
-    num_microbatches: Optional[int] = None
-    budget_bytes: Optional[int] = None
-    stage_features: bool = True
-    pipeline: bool = True
-    balance: str = "memory"
-    safety: float = 0.1
-    recover_oom: bool = True
+    num_microbatches: Optional[int]
+    budget_bytes: Optional[int]
+    stage_features: bool
+    pipeline: bool
+    balance: str
+    safety: float
+    recover_oom: bool
     max_oom_recoveries: int = 8
 
     def __post_init__(self) -> None:
@@ -52,6 +53,24 @@ class ExecutorOptions:
             raise ValueError(f"num_microbatches must be >= 1, got {self.num_microbatches}")
         if self.budget_bytes is not None and self.budget_bytes <= 0:
             raise ValueError(f"budget_bytes must be positive, got {self.budget_bytes}")
+
+    @staticmethod
+    def from_spec(spec, budget_bytes: Optional[int]) -> "ExecutorOptions":
+        """The options of run spec ``spec`` (a `cherry.spec.RunSpec` of system cherry, whose options
+        hold every key) under the resolved budget.
+
+        "auto" K (``spec.num_microbatches is None``) chooses K from the budget and recovers from an
+        out-of-memory by re-planning finer; without a budget it is K = 1. A fixed K never re-plans.
+        """
+        o = spec.options
+        fixed_k = spec.num_microbatches
+        if fixed_k is None and budget_bytes is None:
+            fixed_k = 1
+        return ExecutorOptions(
+            num_microbatches=fixed_k, budget_bytes=budget_bytes,
+            stage_features=o["stage_features"], pipeline=o["pipeline"], balance=o["balance"], safety=o["safety"],
+            recover_oom=spec.num_microbatches is None,
+        )
 
 
 @dataclass(frozen=True)
@@ -141,22 +160,6 @@ class MicrobatchExecutor:
                                        error_history=[], _ratios=[])
         return PlannedBatch(blocks, self.plan(blocks, num_microbatches=self.options.num_microbatches,
                                               memory_model=snapshot), stage)
-
-    def planned_ahead(self, batches: Iterable[Blocks], features: torch.Tensor) -> Iterator[PlannedBatch]:
-        """Plan batch ``i + 1`` on a background thread while the caller steps batch ``i``."""
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cherry-plan")
-        try:
-            it = iter(batches)
-            first = next(it, None)
-            future = pool.submit(self.plan_batch, first, features) if first is not None else None
-            while future is not None:
-                with self.probe.phase("plan"):
-                    planned = future.result()
-                following = next(it, None)
-                future = pool.submit(self.plan_batch, following, features) if following is not None else None
-                yield planned
-        finally:
-            pool.shutdown(wait=True)
 
     # -- preparation (runs on the background thread when pipelining) -----------------------------
     def _prepare(self, mb: Blocks, group: torch.Tensor, staged: Optional[torch.Tensor],

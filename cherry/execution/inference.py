@@ -6,7 +6,7 @@ from typing import Optional
 import torch
 
 from cherry.data import Dataset
-from cherry.data.metrics import accuracy
+from cherry.data.metrics import split_accuracy
 from cherry.models.inference import DEFAULT_CHUNK, layerwise_inference
 from cherry.planning import BatchShape, LayerShape, MemoryModel
 
@@ -34,5 +34,4 @@ def evaluate(model: torch.nn.Module, dataset: Dataset, memory_model: Optional[Me
     if memory_model is not None:
         chunk = lambda layer: chunk_size_for(dataset, memory_model, layer, budget_bytes)  # noqa: E731
     logits = layerwise_inference(model, dataset.graph, dataset.features, device, chunk)
-    return {split: accuracy(logits, dataset.labels, getattr(dataset, f"{split}_idx"), dataset.name)
-            for split in ("train", "valid", "test")}
+    return split_accuracy(logits, dataset)

@@ -30,7 +30,8 @@ def _exact_float32():
 
 
 def _gradients_at(k, model, memory_model, blocks, features, labels, seed_rank, device) -> list[torch.Tensor]:
-    options = ExecutorOptions(num_microbatches=k, recover_oom=False)
+    options = ExecutorOptions(num_microbatches=k, budget_bytes=None, stage_features=False, pipeline=True,
+                              balance="memory", safety=0.0, recover_oom=False)
     ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.0), memory_model, options,
                             device, seed_rank=seed_rank)
     try:

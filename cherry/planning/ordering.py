@@ -14,6 +14,9 @@ contiguous split of `cherry.planning.split` yields micro-batches with few duplic
 """
 from __future__ import annotations
 
+import weakref
+from typing import Optional
+
 import numpy as np
 import torch
 
@@ -59,3 +62,41 @@ def _metis_order(graph: Graph, num_parts: int, seed: int) -> torch.Tensor:
     _, membership = pymetis.part_graph(num_parts, adjacency=adjacency, options=opts, recursive=True)
     parts = torch.as_tensor(np.asarray(membership, dtype=np.int64))
     return torch.argsort(parts, stable=True)
+
+
+# (cache file, ordering, seed) -> rank, and graph -> {(ordering, seed): rank} for datasets without a
+# cache directory (weakly keyed: a freed graph's ranks go with it, never to a new graph at its address)
+_RANKS: dict[tuple, torch.Tensor] = {}
+_GRAPH_RANKS: dict[int, tuple] = {}  # id(graph) -> (weak reference to it, {(ordering, seed): rank})
+
+
+def seed_rank(dataset, ordering: str, seed: int = 0) -> Optional[torch.Tensor]:
+    """The locality rank of ``dataset`` for ``ordering`` (None for "none"): the one place ranks are
+    computed and cached.
+
+    A dataset with a cache directory (``dataset.metadata["cache_dir"]``) keeps the rank there, so it
+    is computed once per dataset, ordering and seed on a machine; within a process it is also kept in
+    memory. The rank depends on the graph only, never on the batch.
+    """
+    from cherry.io import cached_tensor
+
+    if ordering not in ORDERINGS:
+        raise ValueError(f"ordering must be one of {ORDERINGS}, got {ordering!r}")
+    if ordering == "none":
+        return None
+    compute = lambda: locality_rank(dataset.graph, ordering, seed=seed)  # noqa: E731
+    cache_dir = dataset.metadata.get("cache_dir")
+    if not cache_dir:
+        graph = dataset.graph
+        ref, ranks = _GRAPH_RANKS.get(id(graph), (None, None))
+        if ref is None or ref() is not graph:  # a new graph, possibly at a freed one's address
+            ranks = {}
+            _GRAPH_RANKS[id(graph)] = (weakref.ref(graph), ranks)
+        if (ordering, seed) not in ranks:
+            ranks[(ordering, seed)] = compute()
+        return ranks[(ordering, seed)]
+    path = f"{cache_dir}/locality-{ordering}-v{ORDERING_VERSION}-{seed}.pt"
+    key = (path, ordering, seed)
+    if key not in _RANKS:
+        _RANKS[key] = cached_tensor(path, compute)
+    return _RANKS[key]

@@ -66,7 +66,7 @@ def test_checker_allows_other_imports(source):
 
 def test_baselines_exist_to_be_checked():
     names = {p.relative_to(ROOT / "baselines").parts[0] for p in baseline_files()}
-    assert {"common.py", "full", "naive", "betty", "buffalo"} <= names
+    assert {"common.py", "library.py", "full", "naive", "betty", "buffalo", "dgl", "pyg"} <= names
 
 
 def test_no_baseline_imports_cherry_engine():

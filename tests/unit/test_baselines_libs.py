@@ -8,12 +8,13 @@ import math
 import pytest
 import torch
 
-from baselines.dgl.checks import LIBRARY_MODELS
-from cherry.bench.system import SystemConfig, SystemUnavailable
+from baselines.library import LIBRARY_MODELS
+from cherry.bench.system import SystemUnavailable
 from cherry.compat import dgl_available, pyg_sampling_available
-from cherry.execution.probe import NullProbe
 from cherry.models.gcn import GCNConv
-from cherry.sampling import NeighborSampler
+from cherry.probe import NullProbe
+from cherry.sampling import LoadedBatch, NeighborSampler
+from cherry.spec import RunSpec, make_spec
 from tests.unit.graphs import random_dataset
 
 DGL_OK, DGL_REASON = dgl_available()
@@ -21,11 +22,14 @@ needs_dgl = pytest.mark.skipif(not DGL_OK, reason=DGL_REASON)
 MODELS = [("sage", "mean"), ("sage", "pool"), ("sage", "lstm"), ("gcn", None), ("gat", None)]
 
 
-def config(model="sage", aggr="mean", **overrides) -> SystemConfig:
-    base = dict(model=model, aggr=aggr, num_layers=2, hidden=8, heads=2, dropout=0.5, fanouts=(3, 5),
-                batch_size=32, lr=0.01, num_microbatches=None, budget_bytes=None, seed=0, options={})
+def config(model="sage", aggr="mean", system="dgl", **overrides) -> RunSpec:
+    """A run spec of a library baseline (the dataset name only has to be valid: systems train the
+    dataset object they are given)."""
+    base = dict(system=system, dataset="synth-tiny", model=model, aggr=aggr, num_layers=2, hidden=8, heads=2,
+                dropout=0.5, fanouts=(3, 5), batch_size=32, lr=0.01, num_microbatches=None, budget_bytes=None,
+                seed=0, options={})
     base.update(overrides)
-    return SystemConfig(**base)
+    return make_spec(**base)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +40,7 @@ def dataset():
 def run_two_steps(system_cls, dataset, cfg):
     system = system_cls(dataset, cfg, torch.device("cpu"), None, NullProbe())
     gen = torch.Generator().manual_seed(1)
-    outcomes = [system.step(dataset.train_idx[i * 32:(i + 1) * 32], gen) for i in range(2)]
+    outcomes = [system.step(LoadedBatch(i, dataset.train_idx[i * 32:(i + 1) * 32], gen)) for i in range(2)]
     return system, outcomes
 
 
@@ -62,7 +66,7 @@ def test_dgl_training_lowers_the_loss_on_a_batch(dataset):
 
     system = SYSTEM(dataset, config(dropout=0.0, lr=0.02), torch.device("cpu"), None, NullProbe())
     gen = torch.Generator().manual_seed(1)
-    losses = [system.step(dataset.train_idx[:32], gen).loss for _ in range(8)]
+    losses = [system.step(LoadedBatch(i, dataset.train_idx[:32], gen)).loss for i in range(8)]
     assert losses[-1] < 0.7 * losses[0], losses
 
 
@@ -70,7 +74,7 @@ def test_dgl_training_lowers_the_loss_on_a_batch(dataset):
 def test_dgl_gcn_equals_cherry_gcn(dataset):
     """GraphConv(norm='right') on a block with self edges is Cherry's (h_dst + sum h_u) / (deg + 1)."""
     from baselines.dgl.model import DglModel, with_self_edges
-    from baselines.dgl.system import dgl_graph
+    from cherry.compat.dgl import dgl_graph
     from cherry.compat import import_dgl
     from cherry.models.spec import ModelSpec
 
@@ -98,7 +102,7 @@ def test_pyg_without_sampling_backend_is_unavailable(dataset):
     from baselines.pyg import SYSTEM
 
     with pytest.raises(SystemUnavailable, match="NeighborLoader needs pyg-lib or torch-sparse"):
-        SYSTEM(dataset, config(), torch.device("cpu"), None, NullProbe())
+        SYSTEM(dataset, config(system="pyg"), torch.device("cpu"), None, NullProbe())
 
 
 def emulated_pyg_lib_sample(self, seed, seed_time=None, **kwargs):
@@ -144,7 +148,7 @@ def emulated_pyg_sampling(monkeypatch):
 def test_pyg_trains_two_steps_and_evaluates(dataset, emulated_pyg_sampling, model, aggr):
     from baselines.pyg import SYSTEM
 
-    system, outcomes = run_two_steps(SYSTEM, dataset, config(model, aggr))
+    system, outcomes = run_two_steps(SYSTEM, dataset, config(model, aggr, system="pyg"))
     assert all(o.num_microbatches == 1 and math.isfinite(o.loss) for o in outcomes)
     check_accuracies(system.evaluate())
 
@@ -191,19 +195,31 @@ def test_pyg_lstm_inference_is_the_lstm_over_exactly_the_neighbours(dataset, mon
 # --------------------------------------------------------------------------------------- config
 @pytest.mark.parametrize("system_name", ["dgl", "pyg"])
 @pytest.mark.parametrize("overrides,match", [
-    (dict(num_microbatches=4), "num_microbatches must be None or 1"),
-    (dict(model="mlp", aggr=None), "runs models"),
-    (dict(fanouts=(3,)), "one fanout per layer"),
-    (dict(options={"overlap": True}), "takes no options"),
-    (dict(aggr="max"), "aggr must be one of"),
-    (dict(lr=0.0), "lr must be a positive number"),
+    # all but the model are now checked by the spec (a SpecError is a ValueError), before any system
+    (dict(num_microbatches=4), "num_microbatches: system {system} trains the whole batch: K must be 1"),
+    (dict(model="mlp", aggr=None), "{system} runs models"),
+    (dict(fanouts=(3,)), "fanouts: .* give one per layer"),
+    (dict(options={"overlap": True}), "options.*overlap.*options of {system}: none"),
+    (dict(aggr="max"), "aggr.*max"),
+    (dict(lr=0.0), "lr.*0.0"),
 ])
 def test_bad_config_is_a_value_error(dataset, system_name, overrides, match):
     import importlib
 
     system_cls = importlib.import_module(f"baselines.{system_name}").SYSTEM
-    with pytest.raises(ValueError, match=match):
-        system_cls(dataset, config(**overrides), torch.device("cpu"), None, NullProbe())
+    with pytest.raises(ValueError, match=match.format(system=system_name)):
+        system_cls(dataset, config(system=system_name, **overrides), torch.device("cpu"), None, NullProbe())
+
+
+@pytest.mark.parametrize("system_name", ["dgl", "pyg"])
+def test_library_baselines_take_a_run_spec_and_auto_as_k_1(dataset, system_name):
+    import importlib
+
+    assert config(system=system_name).num_microbatches == 1  # "auto" for a whole-batch system
+    assert config(system=system_name, num_microbatches=1).num_microbatches == 1
+    system_cls = importlib.import_module(f"baselines.{system_name}").SYSTEM
+    with pytest.raises(TypeError, match="RunSpec"):
+        system_cls(dataset, config(system=system_name).to_dict(), torch.device("cpu"), None, NullProbe())
 
 
 def test_library_models_are_the_graph_models():

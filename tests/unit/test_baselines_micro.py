@@ -9,9 +9,11 @@ import torch
 from baselines import system_class
 from baselines.betty.reg import coneighbour_graph, lstm_estimate_bytes, partition_seeds, rebuild_blocks
 from baselines.buffalo.buckets import bucketize, seed_cost_bytes
-from cherry.bench.system import PHASES, SystemConfig
 from cherry.data import Graph
-from cherry.sampling import NeighborSampler, slice_blocks
+from cherry.probe import PHASES
+from cherry.sampling import LoadedBatch, NeighborSampler, slice_blocks
+from cherry.spec import RunSpec, make_spec
+from cherry.systems import is_whole_batch
 from tests.unit.graphs import random_dataset
 
 OWN = ("full", "naive", "betty", "buffalo")
@@ -29,10 +31,20 @@ class FakeProbe:
         return contextlib.nullcontext()
 
 
-def config(k=4, aggr="mean", dropout=0.0, lr=0.01, fanouts=(4, 6)) -> SystemConfig:
-    return SystemConfig(model="sage", aggr=aggr, num_layers=len(fanouts), hidden=8, heads=1, dropout=dropout,
-                        fanouts=tuple(fanouts), batch_size=120, lr=lr, num_microbatches=k, budget_bytes=None,
-                        seed=3, options={})
+def config(system, k=4, aggr="mean", dropout=0.0, lr=0.01, fanouts=(4, 6), **changes) -> RunSpec:
+    """The run spec of ``system`` (a whole-batch system takes K = 1: the spec rejects any other K).
+    The dataset name only has to be valid: the systems train the dataset object they are given."""
+    if is_whole_batch(system):
+        k = 1
+    values = dict(system=system, dataset="synth-tiny", model="sage", aggr=aggr, num_layers=len(fanouts), hidden=8,
+                  heads=1, dropout=dropout, fanouts=tuple(fanouts), batch_size=120, lr=lr, num_microbatches=k,
+                  budget_bytes=None, seed=3)
+    values.update(changes)
+    return make_spec(**values)
+
+
+def step_batch(seeds, generator) -> LoadedBatch:
+    return LoadedBatch(0, seeds, generator)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +60,8 @@ def batch_seeds(dataset, n=120):
 
 
 def grads_of(name, dataset, cfg, seeds, sample_seed=11):
+    if cfg.system != name:
+        cfg = config(name, k=cfg.num_microbatches, aggr=cfg.aggr, dropout=cfg.dropout, lr=cfg.lr, fanouts=cfg.fanouts)
     system = system_class(name)(dataset, cfg, CPU, None, FakeProbe())
     outcome = system.accumulate_gradients(seeds, torch.Generator().manual_seed(sample_seed))
     return system, outcome, system.gradients()
@@ -97,19 +111,20 @@ def test_betty_parts_cover_each_seed_once_and_rebuild_is_exact(dataset, k):
 
 def test_betty_reports_lstm_estimate_and_redundancy(dataset):
     seeds = batch_seeds(dataset)
-    cfg = config(k=3, aggr="lstm")
+    cfg = config("betty", k=3, aggr="lstm")
     system, outcome, _ = grads_of("betty", dataset, cfg, seeds)
     blocks = NeighborSampler(dataset.graph, cfg.fanouts).sample(seeds, torch.Generator().manual_seed(11))
     mbs = [rebuild_blocks(blocks, p) for p in partition_seeds(blocks.layers[-1], 3)]
-    dims = system.spec.layer_dims()
+    assert system.spec is cfg and system.model_spec == cfg.model_spec(dataset)
+    dims = system.model_spec.layer_dims()
     expected = max(sum(b.num_edges * d.aggregate_dim * 18 * 4 for b, d in zip(mb.layers, dims)) for mb in mbs)
     assert outcome.estimated_peak_bytes == expected
-    assert expected == max(lstm_estimate_bytes(tuple(b.num_edges for b in mb.layers), system.spec) for mb in mbs)
+    assert expected == max(lstm_estimate_bytes(tuple(b.num_edges for b in mb.layers), system.model_spec) for mb in mbs)
     for l, r in enumerate(outcome.redundancy):
         assert r == pytest.approx(sum(mb.layers[l].num_src for mb in mbs) / blocks.layers[l].num_src)
     assert all(r >= 1.0 for r in outcome.redundancy)
     assert outcome.redundancy[0] > 1.0  # splitting a batch repeats shared inputs
-    _, mean_outcome, _ = grads_of("betty", dataset, config(k=3), seeds)
+    _, mean_outcome, _ = grads_of("betty", dataset, config("betty", k=3), seeds)
     assert mean_outcome.estimated_peak_bytes is None
 
 
@@ -153,7 +168,7 @@ def test_buffalo_groups_are_balanced_by_estimated_memory(k, share):
 
 def test_buffalo_keeps_zero_degree_seeds_in_its_micro_batches(dataset):
     seeds = batch_seeds(dataset)
-    system = system_class("buffalo")(dataset, config(k=3), CPU, None, FakeProbe())
+    system = system_class("buffalo")(dataset, config("buffalo", k=3), CPU, None, FakeProbe())
     blocks = system.sampler.sample(seeds, torch.Generator().manual_seed(4))
     sched = system.schedule(blocks)
     covered = torch.cat(sched.microbatches)
@@ -179,7 +194,7 @@ def relative_error(grads, reference):
 @pytest.mark.parametrize("aggr", ["mean", "lstm"])
 def test_betty_and_buffalo_accumulate_the_full_batch_gradient(dataset, aggr):
     seeds = batch_seeds(dataset)
-    cfg = config(k=4, aggr=aggr)
+    cfg = config("betty", k=4, aggr=aggr)
     _, full_out, full = grads_of("full", dataset, cfg, seeds)
     assert all(g is not None for g in full)
     for name in ("betty", "buffalo"):
@@ -198,13 +213,13 @@ def test_every_system_starts_from_the_same_weights_and_steps(dataset):
     first = None
     for name in OWN:
         probe = FakeProbe()
-        system = system_class(name)(dataset, config(k=3, dropout=0.5), CPU, None, probe)
+        system = system_class(name)(dataset, config(name, k=3, dropout=0.5), CPU, None, probe)
         assert system.name == name
         weights = [p.detach().clone() for p in system.model.parameters()]
         if first is None:
             first = weights
         assert all(torch.equal(a, b) for a, b in zip(weights, first)), name
-        outcome = system.step(seeds, torch.Generator().manual_seed(1))
+        outcome = system.step(step_batch(seeds, torch.Generator().manual_seed(1)))
         assert outcome.loss > 0 and outcome.num_microbatches == (1 if name == "full" else 3)
         assert len(outcome.redundancy) == 2
         assert any(not torch.equal(p, w) for p, w in zip(system.model.parameters(), weights)), name
@@ -221,18 +236,22 @@ def test_every_system_starts_from_the_same_weights_and_steps(dataset):
 @pytest.mark.parametrize("name", ["naive", "betty", "buffalo"])
 def test_fixed_k_is_required(dataset, name):
     with pytest.raises(ValueError, match=f"{name} needs a fixed K"):
-        system_class(name)(dataset, config(k=None), CPU, None, FakeProbe())
+        system_class(name)(dataset, config(name, k=None), CPU, None, FakeProbe())
 
 
 def test_bad_config_and_seeds_are_rejected(dataset):
+    # what the systems checked themselves is now checked, once, by the spec (a SpecError is a ValueError)
     with pytest.raises(ValueError, match="fanouts"):
-        system_class("betty")(dataset, SystemConfig(**{**config().__dict__, "num_layers": 3}), CPU, None,
-                              FakeProbe())
+        config("betty", num_layers=3)
     with pytest.raises(ValueError, match="options"):
-        system_class("full")(dataset, SystemConfig(**{**config().__dict__, "options": {"x": 1}}), CPU, None,
-                             FakeProbe())
-    system = system_class("full")(dataset, config(), CPU, None, FakeProbe())
+        config("full", options={"x": 1})
+    with pytest.raises(ValueError, match="num_microbatches"):
+        make_spec(system="full", dataset="synth-tiny", fanouts=(4, 6), batch_size=120, num_microbatches=4)
+    for name in OWN:
+        with pytest.raises(TypeError, match="RunSpec"):
+            system_class(name)(dataset, config(name).to_dict(), CPU, None, FakeProbe())
+    system = system_class("full")(dataset, config("full"), CPU, None, FakeProbe())
     with pytest.raises(ValueError, match="seeds"):
-        system.step(torch.tensor([0, 10_000]), torch.Generator())
+        system.step(step_batch(torch.tensor([0, 10_000]), torch.Generator()))
     with pytest.raises(ValueError, match="unknown baseline"):
         system_class("nope")

@@ -5,14 +5,16 @@ import time
 
 import pytest
 
-from cherry.bench.measure import OTHER, RunPeakMemory, StepTiming, TimingProbe, summarize
+from cherry.bench.measure import RunPeakMemory, StepTiming, TimingProbe, summarize
 from cherry.bench.record import RunMeasurements, build_record, record_columns, validate_record
-from cherry.bench.runner import RunTimeout, _Deadline, _batches, effective_budget_bytes
-from cherry.bench.spec import spec_from_dict
-from cherry.bench.system import PHASES, StepOutcome
+from cherry.bench.runner import RunTimeout, _Deadline
+from cherry.bench.system import StepOutcome
+from cherry.probe import OTHER, PHASES, TIMED_PHASES
+from cherry.sampling.loader import epoch_seed_batches, step_seed_batches
+from cherry.spec import resolve_budget_bytes, spec_from_dict
 
 SPEC = spec_from_dict({"system": "cherry", "dataset": "synth-tiny", "fanouts": [5, 10], "batch_size": 64,
-                       "warmup": 2, "steps": 3})
+                       "warmup": 2, "steps": 3, "num_microbatches": 1})
 PROVENANCE = {"git_sha": None, "git_dirty": None, "python_version": "3", "torch_version": "2", "cuda_version": None,
               "dgl_version": None, "pyg_version": None, "ogb_version": None, "device_name": "cpu",
               "device_total_bytes": 1, "native_ext_status": None, "native_ext_used": None, "allocator_conf": None,
@@ -39,7 +41,8 @@ def test_phases_are_exclusive_and_bounded_by_the_step():
         time.sleep(0.01)
     timing = probe.end_step()
     phases = timing.phases_s
-    assert set(phases) == set(PHASES) | {OTHER}
+    assert set(phases) == set(PHASES) | {OTHER} == set(TIMED_PHASES)
+    assert "slice" in PHASES and OTHER not in PHASES
     assert 0.025 <= phases["slice"] < 0.045
     assert 0.025 <= phases["plan"] < 0.045  # its own 0.03 s, not the nested slice
     assert abs(sum(phases.values()) - timing.total_s) < 1e-6
@@ -99,7 +102,11 @@ def test_record_statistics_exclude_warmup_and_keep_raw_steps():
     assert record["redundancy_input"] == pytest.approx(1.2 + 2 / 30)
     assert record["estimated_peak_bytes"] == 800 and record["estimator_median_rel_error"] == 0.2
     assert record["final_loss"] == 4.0 and record["test_acc"] is None  # NaN is not JSON
-    assert record["fanouts"] == "5,10" and record["microbatches_requested"] == "1"
+    assert record["fanouts"] == "5,10" and record["num_microbatches_requested"] == "1"
+    assert record["num_layers"] == 2 and record["experiment"] == "" and record["axis"] is None
+    assert record["run_id"].startswith("run-cherry-synth-tiny-b64-k1-r0-")
+    auto = build_record(SPEC.replace(num_microbatches="auto"), _measurements(), PROVENANCE)
+    assert auto["num_microbatches_requested"] == "auto"
 
 
 def test_records_of_failed_runs_validate_and_bad_records_are_named():
@@ -130,15 +137,17 @@ def test_batches_drop_a_partial_tail_in_steps_mode_only():
     import torch
 
     train = torch.arange(10)
-    gen = torch.Generator().manual_seed(0)
-    assert [b.numel() for b in _batches(train, 4, gen, drop_last=True)] == [4, 4]
-    assert [b.numel() for b in _batches(train, 4, gen, drop_last=False)] == [4, 4, 2]
-    assert [b.numel() for b in _batches(train, 32, gen, drop_last=True)] == [10]
+    assert [b.numel() for b in epoch_seed_batches(train, 4, 0, 0, drop_last=True)] == [4, 4]
+    assert [b.numel() for b in epoch_seed_batches(train, 4, 0, 0, drop_last=False)] == [4, 4, 2]
+    assert [b.numel() for b in epoch_seed_batches(train, 32, 0, 0, drop_last=True)] == [10]
+    # steps mode (epochs = 0) drops each epoch's tail; epochs mode keeps it
+    assert [b.numel() for b in step_seed_batches(train, 4, 0, 5)] == [4, 4, 4, 4, 4]
+    assert [b.numel() for b in step_seed_batches(train, 32, 0, 2)] == [10, 10]
 
 
 def test_budget_defaults_to_ninety_percent_of_device_memory():
-    assert effective_budget_bytes(SPEC) is None
-    spec = spec_from_dict({**SPEC.to_dict(), "device_memory": 1000})
-    assert effective_budget_bytes(spec) == 900
-    spec = spec_from_dict({**SPEC.to_dict(), "device_memory": 1000, "budget": 500})
-    assert effective_budget_bytes(spec) == 500
+    assert resolve_budget_bytes(SPEC) is None
+    spec = spec_from_dict({**SPEC.to_dict(), "device_memory_bytes": 1000})
+    assert resolve_budget_bytes(spec) == 900
+    spec = spec_from_dict({**SPEC.to_dict(), "device_memory_bytes": 1000, "budget_bytes": 500})
+    assert resolve_budget_bytes(spec) == 500

@@ -17,8 +17,9 @@ from cherry.bench.aggregate import collect_records, main as aggregate_main, read
 from cherry.bench.record import validate_record
 
 REPO = Path(__file__).resolve().parents[2]
+# epochs 0: a run of warmup + steps steps (the schema's default is now one epoch)
 TINY = {"system": "cherry", "dataset": "synth-tiny", "hidden": 16, "fanouts": [5, 10], "batch_size": 256,
-        "timeout_s": 120}
+        "timeout_s": 120, "epochs": 0}
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +40,11 @@ def _run(tmp_path: Path, name: str, **spec) -> tuple[subprocess.CompletedProcess
 @pytest.fixture(scope="module")
 def records(root, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("runs")
-    ok = _run(tmp, "ok", **TINY, root=root, microbatches=2, warmup=2, steps=3, tag="t", repeat=1)
+    ok = _run(tmp, "ok", **TINY, root=root, num_microbatches=2, warmup=2, steps=3, experiment="t", axis="a",
+              repeat=1)
     # 256 KiB holds the model but not one 256-seed batch's activations; reference ops (native_ops off)
-    oom = _run(tmp, "oom", **TINY, root=root, device_memory="256KiB", options={"native_ops": False})
+    oom = _run(tmp, "oom", **TINY, root=root, num_microbatches=1, device_memory_bytes="256KiB",
+               options={"native_ops": False})
     timeout = _run(tmp, "timeout", **{**TINY, "timeout_s": 3}, root=root, steps=100000, evaluate=False,
                    options={"native_ops": False, "pipeline": False})
     return {"ok": ok, "oom": oom, "timeout": timeout, "dir": tmp}
@@ -52,7 +55,9 @@ def test_ok_run_writes_a_valid_record_with_warmup_excluded(records):
     assert proc.returncode == 0, proc.stderr
     validate_record(record)
     assert record["status"] == "ok" and record["reason"] is None
-    assert record["system"] == "cherry" and record["fanouts"] == "5,10" and record["tag"] == "t"
+    assert record["system"] == "cherry" and record["fanouts"] == "5,10" and record["experiment"] == "t"
+    assert record["axis"] == "a" and record["run_id"].startswith("t.a-cherry-synth-tiny-b256-k2-r1-")
+    assert record["num_layers"] == 2 and record["num_microbatches_requested"] == "2"
     assert record["steps_completed"] == 5 and record["warmup_steps"] == 2 and len(record["step_times_s"]) == 5
     assert record["step_time_median_s"] == pytest.approx(statistics.median(record["step_times_s"][2:]))
     assert record["phase_forward_backward_median_s"] > 0 and record["phase_sample_median_s"] > 0
@@ -89,8 +94,12 @@ def test_exceeding_timeout_is_a_timeout_result(records):
     assert proc.returncode == 0, proc.stderr
     validate_record(record)
     assert record["status"] == "timeout" and "timeout_s=3 s" in record["reason"]
-    assert 0 < record["steps_completed"] < 100000 + 2
+    assert record["steps_completed"] < 100000 + 2
     assert record["wall_s"] < 30
+
+
+def test_a_timed_out_run_completed_steps_before_the_timeout(records):
+    assert 0 < records["timeout"][1]["steps_completed"] < 100000 + 2
 
 
 def test_records_round_trip_through_the_aggregate_table(records, tmp_path):
@@ -103,7 +112,8 @@ def test_records_round_trip_through_the_aggregate_table(records, tmp_path):
         assert list(table.columns) == list(frame.columns)
         assert list(table["step_times_s"][0]) == pytest.approx(frame["step_times_s"][0])
         assert list(table["redundancy_per_layer"][0]) == pytest.approx(frame["redundancy_per_layer"][0])
-        assert table["spec_id"].tolist() == frame["spec_id"].tolist()
+        assert table["run_id"].tolist() == frame["run_id"].tolist()
+        assert table["experiment"][0] == frame["experiment"][0] == "t" and table["axis"][0] == "a"
         assert table["peak_tracked_bytes"][0] == frame["peak_tracked_bytes"][0]
 
 
@@ -116,14 +126,15 @@ def test_aggregate_names_a_bad_record(tmp_path, capsys):
 
 
 def test_full_baseline_and_an_error_in_process(root, tmp_path, monkeypatch):
-    """The `full` baseline (when present) through the same runner; an unknown option fails with exit 1."""
+    """The `full` baseline (when present) through the same runner; an unknown option is now rejected
+    by the spec (naming it, one line), and an error inside the run fails with exit 1 and one line."""
+    import cherry.systems as systems
     from cherry.bench.runner import execute
-    from cherry.bench.spec import spec_from_dict
-    from cherry.bench.system import SystemUnavailable
-    from cherry.bench.systems import get_system
+    from cherry.bench.system import System, SystemUnavailable
+    from cherry.spec import SpecError, spec_from_dict
 
     try:
-        get_system("full")
+        systems.get_system("full")
     except (ImportError, SystemUnavailable) as exc:
         pytest.skip(f"baselines.full not available: {exc}")
     out = tmp_path / "full.json"
@@ -133,17 +144,34 @@ def test_full_baseline_and_an_error_in_process(root, tmp_path, monkeypatch):
     assert record["status"] == "ok", record["reason"]
     assert record["num_microbatches_max"] == 1 and record["steps_completed"] == 3
 
-    spec = spec_from_dict({**TINY, "system": "full", "root": root, "options": {"bogus": 1}, "evaluate": False})
+    with pytest.raises(SpecError) as info:
+        spec_from_dict({**TINY, "system": "full", "root": root, "options": {"bogus": 1}, "evaluate": False})
+    assert "bogus" in str(info.value) and "\n" not in str(info.value)
+
+    class Broken(System):
+        name = "full"
+
+        def __init__(self, *args):
+            raise ValueError("bogus option\nsecond line")
+
+        def step(self, batch):
+            raise AssertionError("never built")
+
+        evaluate = step
+
+    monkeypatch.setattr(systems, "get_system", lambda name: Broken)
+    spec = spec_from_dict({**TINY, "system": "full", "root": root, "evaluate": False})
     assert execute(spec, str(out), lambda line: None) == 1
     record = json.loads(out.read_text())
+    validate_record(record)
     assert record["status"] == "error" and "bogus" in record["reason"] and "\n" not in record["reason"]
 
 
 def test_runs_that_cannot_happen_here_are_skipped_with_a_reason(root, tmp_path, monkeypatch):
-    import cherry.bench.systems as systems
+    import cherry.systems as systems
     from cherry.bench.runner import execute
-    from cherry.bench.spec import spec_from_dict
-    from cherry.bench.system import SystemUnavailable
+    from cherry.bench.system import System, SystemUnavailable
+    from cherry.spec import spec_from_dict
 
     def run(**changes) -> dict:
         out = tmp_path / "skipped.json"
@@ -153,17 +181,18 @@ def test_runs_that_cannot_happen_here_are_skipped_with_a_reason(root, tmp_path, 
         assert record["status"] == "skipped" and record["steps_completed"] == 0
         return record
 
-    assert "cannot choose K" in run(system="full", microbatches="auto", device_memory="1MiB")["reason"]
+    # a micro-batching baseline cannot choose K (a whole-batch one takes "auto" as K = 1)
+    assert "cannot choose K" in run(system="betty", num_microbatches="auto", device_memory_bytes="1MiB")["reason"]
     if not torch.cuda.is_available():
         assert "CUDA is not available" in run(device="cuda")["reason"]
 
-    class Unavailable(systems.System):
+    class Unavailable(System):
         accepts_auto_microbatches = False
 
         def __init__(self, *args):
             raise SystemUnavailable("no sampling backend (pyg-lib or torch-sparse)")
 
-        def step(self, seeds, generator):
+        def step(self, batch):
             raise AssertionError("a system that is unavailable must never be asked to step")
 
         evaluate = step
@@ -175,8 +204,8 @@ def test_runs_that_cannot_happen_here_are_skipped_with_a_reason(root, tmp_path, 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_run_reports_allocator_and_nvml_peaks(root, tmp_path):
-    proc, record = _run(tmp_path, "cuda", **TINY, root=root, device="cuda", microbatches="auto",
-                        device_memory="2GiB", warmup=1, steps=3)
+    proc, record = _run(tmp_path, "cuda", **TINY, root=root, device="cuda", num_microbatches="auto",
+                        device_memory_bytes="2GiB", warmup=1, steps=3)
     assert proc.returncode == 0, proc.stderr
     validate_record(record)
     assert record["status"] == "ok" and record["cuda_version"]

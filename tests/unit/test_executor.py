@@ -21,13 +21,21 @@ def data():
     return ds, blocks
 
 
+def _options(**changes) -> ExecutorOptions:
+    """Every field explicit (ExecutorOptions has no defaults): the engine's usual settings."""
+    values = dict(num_microbatches=None, budget_bytes=None, stage_features=True, pipeline=True, balance="memory",
+                  safety=0.1, recover_oom=True)
+    values.update(changes)
+    return ExecutorOptions(**values)
+
+
 def _gradients(ds, blocks, model_name, aggr, k, rank=None, memory=None, budget=None, mm_scale=1.0):
     torch.manual_seed(0)
     spec = ModelSpec(model_name, ds.feature_dim, 8, ds.num_classes, 2, aggr=aggr, heads=2)
     model = build_model(spec).double()
     mm = MemoryModel.for_model(spec)
     mm.scale = mm_scale
-    options = ExecutorOptions(num_microbatches=k, budget_bytes=budget)
+    options = _options(num_microbatches=k, budget_bytes=budget)
     ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.1), mm, options, seed_rank=rank,
                             memory=memory)
     stats = ex.accumulate(blocks, ds.features.double(), ds.labels)
@@ -101,10 +109,30 @@ def test_fixed_k_oom_is_reported(data, monkeypatch):
 
 
 def test_options_validate():
+    with pytest.raises(TypeError):
+        ExecutorOptions()  # no defaults: built from a spec or with every field
     with pytest.raises(ValueError, match="num_microbatches"):
-        ExecutorOptions()
+        _options()
     with pytest.raises(ValueError, match="num_microbatches must be >= 1"):
-        ExecutorOptions(num_microbatches=0)
+        _options(num_microbatches=0)
+    with pytest.raises(ValueError, match="budget_bytes must be positive"):
+        _options(budget_bytes=0)
+
+
+def test_options_from_spec_are_the_specs_settings():
+    from cherry.spec import make_spec
+
+    base = dict(dataset="synth-tiny", fanouts=(5, 10))
+    auto = ExecutorOptions.from_spec(make_spec(**base), None)  # "auto" without a budget: K = 1
+    assert auto == _options(num_microbatches=1)  # recover_oom is moot without a budget
+    budgeted = ExecutorOptions.from_spec(make_spec(**base, budget_bytes="1MiB"), 1 << 20)
+    assert budgeted == _options(budget_bytes=1 << 20)  # K from the budget, recovering from OOM
+    fixed = ExecutorOptions.from_spec(make_spec(**base, num_microbatches=4), 1000)
+    assert fixed == _options(num_microbatches=4, budget_bytes=1000, recover_oom=False)
+    switched = make_spec(**base, num_microbatches=2, options={"stage_features": False, "pipeline": False,
+                                                               "balance": "count", "safety": 0.25})
+    assert ExecutorOptions.from_spec(switched, None) == _options(
+        num_microbatches=2, stage_features=False, pipeline=False, balance="count", safety=0.25, recover_oom=False)
 
 
 def test_forced_underestimate_is_recovered_exactly(data):

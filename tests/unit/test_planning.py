@@ -114,3 +114,30 @@ def test_metis_order_lowers_redundancy():
         rank = locality_rank(graph, method, nodes_per_part=50)
         red[method] = plan_microbatches(blocks, mm, num_microbatches=8, seed_rank=rank).redundancy[0]
     assert red["metis"] < 0.8 * red["random"], red
+
+
+def test_seed_rank_is_computed_once_and_none_for_no_ordering():
+    from cherry.planning import seed_rank
+    from tests.unit.graphs import random_dataset
+
+    ds = random_dataset(num_nodes=200, seed=1)
+    rank = seed_rank(ds, "random", 0)
+    assert rank.numel() == ds.graph.num_nodes
+    assert seed_rank(ds, "random", 0) is rank  # cached in the process
+    assert torch.equal(torch.sort(rank).values, torch.arange(ds.graph.num_nodes))
+    assert seed_rank(ds, "none", 0) is None
+    with pytest.raises(ValueError, match="ordering"):
+        seed_rank(ds, "bfs", 0)
+
+
+def test_seed_rank_of_a_new_graph_is_its_own():
+    import gc
+
+    from cherry.planning import seed_rank
+    from tests.unit.graphs import random_dataset
+
+    for i in range(30):
+        ds = random_dataset(num_nodes=100 + 10 * i, seed=i)
+        assert seed_rank(ds, "random", 0).numel() == ds.graph.num_nodes, i
+        del ds
+        gc.collect()

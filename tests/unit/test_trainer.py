@@ -7,15 +7,18 @@ import pytest
 import torch
 
 from cherry.cli import main
-from cherry.execution import Trainer, TrainConfig
+from cherry.execution import Trainer
 from cherry.memory import DeviceMemory
 from cherry.models import ModelSpec
+from cherry.spec import SpecError, make_spec
 
 
 def _trainer(ds, memory=None, **config):
-    spec = ModelSpec("sage", ds.feature_dim, 32, ds.num_classes, 2, aggr=config.pop("aggr", "mean"))
-    cfg = TrainConfig(fanouts=(5, 10), batch_size=256, evaluate=False, **config)
-    return Trainer(ds, spec, cfg, memory=memory)
+    config.setdefault("aggr", "mean")
+    spec = make_spec(dataset="synth-tiny", hidden=32, fanouts=(5, 10), batch_size=256, evaluate=False, **config)
+    trainer = Trainer(ds, spec, memory=memory)
+    assert trainer.model_spec == ModelSpec("sage", ds.feature_dim, 32, ds.num_classes, 2, aggr=config["aggr"])
+    return trainer
 
 
 def test_same_seed_same_losses(synth_tiny):
@@ -38,13 +41,47 @@ def test_every_microbatch_stays_within_emulated_capacity(synth_tiny):
     assert all(s.measured_peak_bytes <= capacity for s in steps)
 
 
-def test_config_errors():
-    with pytest.raises(ValueError, match="fanouts"):
-        TrainConfig(fanouts=(0,), batch_size=4)
-    with pytest.raises(ValueError, match="batch_size"):
-        TrainConfig(fanouts=(5,), batch_size=-3)
-    with pytest.raises(ValueError, match="ordering"):
-        TrainConfig(fanouts=(5,), batch_size=4, ordering="bfs")
+def test_config_errors(synth_tiny):
+    with pytest.raises(SpecError, match="fanouts"):
+        make_spec(dataset="synth-tiny", num_layers=1, fanouts=(0,), batch_size=4)
+    with pytest.raises(SpecError, match="batch_size"):
+        make_spec(dataset="synth-tiny", num_layers=1, fanouts=(5,), batch_size=-3)
+    with pytest.raises(SpecError, match="ordering"):
+        make_spec(dataset="synth-tiny", num_layers=1, fanouts=(5,), batch_size=4, options={"ordering": "bfs"})
+    with pytest.raises(SpecError, match="epochs"):
+        make_spec(dataset="synth-tiny", num_layers=1, fanouts=(5,), batch_size=4, epochs=-1)
+    with pytest.raises(SpecError, match="lr"):
+        make_spec(dataset="synth-tiny", num_layers=1, fanouts=(5,), batch_size=4, lr=0)
+    with pytest.raises(SpecError, match="max_steps_per_epoch"):
+        make_spec(dataset="synth-tiny", num_layers=1, fanouts=(5,), batch_size=4, max_steps_per_epoch=0)
+    with pytest.raises(SpecError, match="budget_bytes"):
+        make_spec(dataset="synth-tiny", num_layers=1, fanouts=(5,), batch_size=4, budget_bytes=0)
+    with pytest.raises(SpecError, match="num_microbatches"):
+        make_spec(dataset="synth-tiny", num_layers=1, fanouts=(5,), batch_size=4, num_microbatches=0)
+    with pytest.raises(TypeError, match="RunSpec"):
+        Trainer(synth_tiny, {"dataset": "synth-tiny"})
+
+
+def test_trainer_without_budget_or_fixed_k_trains_the_whole_batch(synth_tiny):
+    """"auto" with no budget on a CPU is K = 1 (formerly a spec error)."""
+    trainer = _trainer(synth_tiny, max_steps_per_epoch=2)
+    assert trainer.budget_bytes is None
+    steps = trainer.train_epoch(0)
+    trainer.close()
+    assert len(steps) == 2 and all(s.num_microbatches == 1 for s in steps)
+
+
+def test_trainer_batches_are_the_loaders_rule(synth_tiny):
+    from cherry.sampling import spec_seed_batches
+
+    trainer = _trainer(synth_tiny, num_microbatches=2)
+    try:
+        expected = spec_seed_batches(trainer.spec, synth_tiny.train_idx, 1)
+        got = trainer.epoch_batches(1)
+        assert len(got) == len(expected) == trainer.num_steps(1)
+        assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    finally:
+        trainer.close()
 
 
 def _cli(args, data_root):
@@ -63,17 +100,28 @@ def test_train_cli_crosses_the_memory_wall(synth_tiny, data_root, tmp_path, caps
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--batch-size", "-4"], "expected a positive integer"),
-    (["--fanouts", "10,x"], "fanouts must be comma-separated integers"),
-    (["--device-memory", "lots"], "lots"),
-    (["--microbatches", "zero"], "expected 'auto' or a positive integer"),
+    (["--batch-size", "-4"], "cherry: error: --batch-size: -4 is less than the minimum of 1"),
+    (["--fanouts", "10,x"], "cherry: error: --fanouts: expected comma-separated integers"),
+    (["--device-memory", "lots"], "cherry: error: --device-memory: size 'lots'"),
+    (["--microbatches", "zero"], "cherry: error: --microbatches: expected 'auto' or a positive integer"),
+    (["--num-microbatches", "zero"], "cherry: error: --microbatches: expected 'auto' or a positive integer"),
+    (["--hidden", "0"], "cherry: error: --hidden: 0"),
+    (["--hidden", "x"], "cherry: error: --hidden: expected an integer, got 'x'"),
+    (["--layers", "3"], "cherry: error: --fanouts: [5, 10] has 2 values for num_layers=3"),
+    (["--epochs", "0"], "cherry: error: --epochs: expected an integer >= 1"),
+    (["--ordering", "bfs"], "cherry: error: argument --ordering: invalid choice: 'bfs'"),
+    (["--bogus", "1"], "cherry: error: unrecognized arguments: --bogus 1"),
 ])
 def test_train_cli_bad_options_give_one_line_errors(args, message, data_root, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        _cli(args, data_root)
-    assert exit_info.value.code == 2
+    """A bad option value exits 2 with one line naming the option; an argparse error (unknown option,
+    bad choice) exits via SystemExit(2), also one line with no usage block."""
+    try:
+        code = _cli(args, data_root)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert message in err[-1]
+    assert len(err) == 1 and err[0].startswith(message), err
 
 
 def test_unknown_dataset_is_one_line(data_root, capsys):
@@ -88,3 +136,36 @@ def test_verify_cli_reports_equal_gradients(synth_tiny, data_root, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "within tolerance" in out
+
+
+def test_verify_cli_rejects_auto_and_dropout(data_root, capsys):
+    base = ["verify", "--dataset", "synth-tiny", "--root", str(data_root), "--fanouts", "5,10"]
+    assert main(base + ["--microbatches", "auto"]) == 2
+    assert "--microbatches" in capsys.readouterr().err
+    assert main(base + ["--microbatches", "2", "--dropout", "0.5"]) == 2
+    assert "--dropout" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["train", "verify"])
+def test_negative_fanouts_parse_on_train_and_verify(command, data_root):
+    """``--fanouts -1,-1`` (all neighbours) is a value, not an option, on both commands."""
+    from cherry.cli import build_parser
+    from cherry.cli.options import join_negative_values, spec_from_args
+
+    for argv in ([command, "--dataset", "synth-tiny", "--fanouts", "-1,-1", "--microbatches", "2"],
+                 [command, "--dataset", "synth-tiny", "--fanouts=-1,-1", "--microbatches", "2"]):
+        parser = build_parser()
+        args = parser.parse_args(join_negative_values(argv))
+        assert spec_from_args(args, args._parser).fanouts == (-1, -1)
+
+
+def test_verify_cli_runs_with_all_neighbours(synth_tiny, data_root, capsys):
+    code = main(["verify", "--dataset", "synth-tiny", "--root", str(data_root), "--hidden", "16",
+                 "--fanouts", "-1,-1", "--batch-size", "64", "--microbatches", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "within tolerance" in out
+
+
+def test_train_cli_runs_with_all_neighbours(synth_tiny, data_root):
+    assert _cli(["--fanouts", "-1,-1", "--batch-size", "64", "--max-steps", "1", "--no-eval"], data_root) == 0

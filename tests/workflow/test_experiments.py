@@ -16,8 +16,8 @@ from cherry.bench.experiments import (
     verify_arguments,
     verify_checks,
 )
-from cherry.bench.spec import spec_from_dict, spec_id
-from cherry.bench.summary import parse_verify
+from cherry.spec import run_id, spec_from_dict
+from cherry.report.summary import parse_verify
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,16 +28,17 @@ def load(name: str) -> dict:
 
 
 SMALL = {
-    "run": {"hidden": 16, "fanouts": [5, 10], "batch_size": 256, "steps": 2, "warmup": 1, "evaluate": False},
+    "run": {"hidden": 16, "fanouts": [5, 10], "batch_size": 256, "epochs": 0, "steps": 2, "warmup": 1,
+            "evaluate": False},
     "experiments": {
-        "memory_wall": [{"dataset": "synth-tiny", "device_memory": "12MiB", "batch_sizes": [128, 512],
+        "memory_wall": [{"dataset": "synth-tiny", "device_memory_bytes": "12MiB", "batch_sizes": [128, 512],
                          "systems": {"cherry": ["auto"], "full": [1], "betty": [2]}}],
         "microbatch_cost": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": [2, 4]}, "repeats": 2}],
         "sensitivity": [{"dataset": "synth-tiny", "systems": {"full": [1]}, "layer_fanouts": [5, 10, 15],
                          "vary": {"aggr": ["mean", "gat"], "layers": [1, 3], "fanout": [4]}}],
-        "ablation": [{"dataset": "synth-tiny", "microbatches": [2], "variants": [{"ordering": "none"}]}],
+        "ablation": [{"dataset": "synth-tiny", "num_microbatches": [2], "variants": [{"ordering": "none"}]}],
     },
-    "verify": [{"name": "tiny", "dataset": "synth-tiny", "aggr": "lstm", "fanouts": [5, 10], "microbatches": 4}],
+    "verify": [{"name": "tiny", "dataset": "synth-tiny", "aggr": "lstm", "fanouts": [5, 10], "num_microbatches": 4}],
 }
 
 
@@ -45,28 +46,32 @@ def test_small_config_expands_to_valid_specs_with_unique_stable_ids():
     specs = expand_experiments(SMALL)
     # memory wall 3 systems x 2 batches; cost (1 + 2) x 2 repeats; sensitivity 2 + 2 + 1; ablation 2
     assert len(specs) == 6 + 6 + 5 + 2
-    ids = [spec_id(spec_from_dict(s)) for s in specs]
+    ids = [run_id(spec_from_dict(s)) for s in specs]
     assert len(set(ids)) == len(ids)
     assert list(plan_runs(SMALL)) == ids  # same order, same ids on every call
-    wall = [s for s in specs if s["tag"] == "memory_wall"]
-    assert {s["device_memory"] for s in wall} == {12 * 2**20}
-    assert {(s["system"], s["microbatches"]) for s in wall} == {("cherry", "auto"), ("full", 1), ("betty", 2)}
-    assert sorted(s["repeat"] for s in specs if s["tag"] == "microbatch_cost" and s["microbatches"] == 4) == [0, 1]
+    wall = [s for s in specs if s["experiment"] == "memory_wall"]
+    assert {s["device_memory_bytes"] for s in wall} == {12 * 2**20}
+    assert {(s["system"], s["num_microbatches"]) for s in wall} == {("cherry", "auto"), ("full", 1), ("betty", 2)}
+    assert sorted(s["repeat"] for s in specs if s["experiment"] == "microbatch_cost" and s["num_microbatches"] == 4) == [0, 1]
+    assert ids[0] == "memory_wall-cherry-synth-tiny-b128-kauto-r0-" + ids[0][-6:]  # readable names
 
 
 def test_sensitivity_axes_set_model_layers_and_fanouts():
-    specs = {(s["tag"], s["model"], s["aggr"], s["layers"], tuple(s["fanouts"])) for s in expand_experiments(SMALL)
-             if s["tag"].startswith("sensitivity/")}
-    assert ("sensitivity/aggr", "gat", None, 2, (5, 10)) in specs
-    assert ("sensitivity/aggr", "sage", "mean", 2, (5, 10)) in specs
-    assert ("sensitivity/layers", "sage", None, 3, (5, 10, 15)) in specs
-    assert ("sensitivity/fanout", "sage", None, 2, (4, 4)) in specs
+    specs = {(s["axis"], s["model"], s["aggr"], s["num_layers"], tuple(s["fanouts"]))
+             for s in expand_experiments(SMALL) if s["experiment"] == "sensitivity"}
+    assert ("aggr", "gat", None, 2, (5, 10)) in specs
+    assert ("aggr", "sage", "mean", 2, (5, 10)) in specs
+    assert ("layers", "sage", None, 3, (5, 10, 15)) in specs
+    assert ("fanout", "sage", None, 2, (4, 4)) in specs
 
 
 def test_ablation_runs_all_on_then_each_variant():
-    options = [s["options"] for s in expand_experiments(SMALL) if s["tag"] == "ablation"]
-    assert options == [{}, {"ordering": "none"}]
-    runs = [s for s in expand_experiments(SMALL) if s["tag"] == "ablation"]
+    from cherry.systems import system_entry
+
+    defaults = system_entry("cherry").option_defaults
+    options = [s["options"] for s in expand_experiments(SMALL) if s["experiment"] == "ablation"]
+    assert options == [defaults, {**defaults, "ordering": "none"}]
+    runs = [s for s in expand_experiments(SMALL) if s["experiment"] == "ablation"]
     assert [needs_ordering(s) for s in runs] == ["metis", None]
 
 
@@ -76,7 +81,8 @@ def test_ablation_runs_all_on_then_each_variant():
     (lambda c: c["run"].update(hidden=0), "key run/hidden"),
     (lambda c: c["experiments"]["memory_wall"][0].update(batch_sizes=[-1]), "batch_sizes/0"),
     (lambda c: c["experiments"]["microbatch_cost"][0]["systems"].update(full=[2]), "K must be 1"),
-    (lambda c: c["experiments"]["microbatch_cost"][0]["systems"].update(betty=["auto"]), "cannot choose K"),
+    (lambda c: c["run"].update(layers=2), "'layers' was unexpected"),
+    (lambda c: c["experiments"]["ablation"][0]["variants"].append({"turbo": True}), "options"),
     (lambda c: c["experiments"]["microbatch_cost"][0].update(dataset="nope"), "unknown dataset 'nope'"),
     (lambda c: c["experiments"]["microbatch_cost"][0]["systems"].update(cherry=[512]), "exceeds batch_size"),
     (lambda c: c["experiments"]["sensitivity"][0]["vary"].update(layers=[4]), "layer_fanouts"),
@@ -94,9 +100,16 @@ def test_bad_configs_give_one_line_errors_naming_the_problem(mutate, fragment):
 def test_verify_checks_become_cherry_verify_arguments():
     check = verify_checks(SMALL)["tiny"]
     args = verify_arguments(check, "/data")
-    assert args[:4] == ["--dataset", "synth-tiny", "--microbatches", "4"]
-    assert ["--aggr", "lstm"] == args[args.index("--aggr"):args.index("--aggr") + 2]
-    assert args[-4:] == ["--fanouts", "5,10", "--root", "/data"]
+    assert args[:2] == ["--dataset=synth-tiny", "--aggr=lstm"]
+    assert "--num-microbatches=4" in args and "--fanouts=5,10" in args
+    assert args[-2:] == ["--root", "/data"]
+    from cherry.cli import build_parser
+    from cherry.cli.options import spec_from_args
+
+    parser = build_parser()
+    parsed = parser.parse_args(["verify", *args])
+    spec = spec_from_args(parsed, parsed._parser)  # the arguments are the spec keys the CLI knows
+    assert (spec.aggr, spec.fanouts, spec.num_microbatches, spec.root) == ("lstm", (5, 10), 4, "/data")
     twice = copy.deepcopy(SMALL)
     twice["verify"].append(dict(twice["verify"][0]))
     with pytest.raises(ConfigError, match="used twice"):

@@ -28,10 +28,10 @@ def tiny_config(root: Path) -> dict:
         "data": {"root": str(root)},
         "threads": 1,
         "run": {"device": "cpu", "aggr": "mean", "hidden": 16, "fanouts": [5, 10], "batch_size": 256,
-                "warmup": 1, "steps": 2, "evaluate": False, "timeout_s": 120},
+                "epochs": 0, "warmup": 1, "steps": 2, "evaluate": False, "timeout_s": 120},
         "experiments": {
             # full peaks at ~16 MiB for batch 512 with LSTM: out of memory under 12 MiB; cherry splits
-            "memory_wall": [{"dataset": "synth-tiny", "device_memory": "12MiB", "batch_sizes": [128, 512],
+            "memory_wall": [{"dataset": "synth-tiny", "device_memory_bytes": "12MiB", "batch_sizes": [128, 512],
                              "systems": {"cherry": ["auto"], "full": [1], "betty": [2]}, "run": {"aggr": "lstm"}}],
             "microbatch_cost": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": [2, 4], "betty": [2],
                                                                       "buffalo": [2], "naive": [2]}}],
@@ -39,11 +39,11 @@ def tiny_config(root: Path) -> dict:
             "convergence": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": [2]},
                              "run": {"epochs": 2, "evaluate": True}}],
             "sensitivity": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": ["auto"]},
-                             "run": {"budget": "2MiB"}, "vary": {"aggr": ["mean", "gat"]}}],
-            "ablation": [{"dataset": "synth-tiny", "microbatches": [2], "variants": [{"pipeline": False}]}],
+                             "run": {"budget_bytes": "2MiB"}, "vary": {"aggr": ["mean", "gat"]}}],
+            "ablation": [{"dataset": "synth-tiny", "num_microbatches": [2], "variants": [{"pipeline": False}]}],
         },
         "verify": [{"name": "sage-mean", "dataset": "synth-tiny", "aggr": "mean", "hidden": 16, "fanouts": [5, 10],
-                    "batch_size": 256, "microbatches": 2}],
+                    "batch_size": 256, "num_microbatches": 2}],
     }
 
 
@@ -78,15 +78,15 @@ def test_every_figure_table_summary_and_record_exists(finished):
     runs = plan_runs(config)
     for run, spec in runs.items():
         record = json.loads((results / "records" / "runs" / f"{run}.json").read_text())
-        assert record["spec_id"] == run and record["tag"] == spec["tag"]
+        assert record["run_id"] == run and record["experiment"] == spec["experiment"]
         # the spec file reproduces the run by hand: python -m cherry.bench.run --spec ... --out ...
         assert json.loads((results / "specs" / f"{run}.json").read_text()) == spec
     table = pd.read_csv(results / "records" / "runs.csv")
-    assert sorted(table["spec_id"]) == sorted(runs)
+    assert sorted(table["run_id"]) == sorted(runs)
     assert len(pd.read_parquet(results / "records" / "runs.parquet")) == len(runs)
     assert set(table["status"]) <= {"ok", "oom"}
     assert (table["status"] == "ok").sum() >= len(runs) - 2
-    wall = table[table["tag"] == "memory_wall"].set_index(["system", "batch_size"])["status"]
+    wall = table[table["experiment"] == "memory_wall"].set_index(["system", "batch_size"])["status"]
     assert wall[("full", 512)] == "oom" and wall[("cherry", 512)] == "ok"
     summary = (results / "summary.md").read_text()
     for heading in ("## Step time", "## Peak memory", "## Largest trainable batch", "## Gradient equivalence",

@@ -1,6 +1,6 @@
 # Shared names and every decision of the workflow, as named functions (no lambdas in rules).
 # The run matrix comes from cherry.bench.experiments.expand_experiments, the same function the
-# tests call; a run's id (cherry.bench.spec.spec_id) names its spec and record files.
+# tests call; a run's readable id (cherry.spec.run_id) names its spec and record files.
 import json
 import os
 import shlex
@@ -48,11 +48,12 @@ FIGURES = {
 
 
 wildcard_constraints:
-    run="[0-9a-f]{12}",
+    run="[A-Za-z0-9_.-]+",
     dataset="[A-Za-z0-9_.-]+",
     ordering="metis|random",
     seed="[0-9]+",
     check="[a-z0-9][a-z0-9_-]*",
+    figure="|".join(FIGURES),
 
 
 def record_paths():
@@ -69,7 +70,7 @@ def has_runs(what):
     """Whether some run belongs to experiment ``what`` ("cherry": some run of the cherry system)."""
     if what == "cherry":
         return any(spec["system"] == "cherry" for spec in RUNS.values())
-    return any(spec["tag"].split("/")[0] == what for spec in RUNS.values())
+    return any(spec["experiment"] == what for spec in RUNS.values())
 
 
 def figure_paths():

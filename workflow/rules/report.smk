@@ -18,5 +18,5 @@ rule write_summary:
     conda:
         CONDA_ENV
     shell:
-        "python -m cherry.bench.summary --table {input.table} --out {output.summary}"
+        "python -m cherry.report.summary --table {input.table} --out {output.summary}"
         " {input.checks} 2> {log}"

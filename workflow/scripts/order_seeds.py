@@ -1,6 +1,6 @@
 """Snakemake script (rule order_seeds): compute the dataset's seed ordering once, as cherry runs use it.
 
-`cherry.session.seed_rank_for` caches the ordering next to the dataset, so every cherry run of that
+`cherry.planning.seed_rank` caches the ordering next to the dataset, so every cherry run of that
 dataset, ordering and seed loads it instead of computing it (and parallel runs do not compute it twice).
 The stamp records how long it took.
 """
@@ -8,14 +8,14 @@ import time
 
 from cherry.data import load_dataset
 from cherry.io import write_json_atomic
-from cherry.session import seed_rank_for
+from cherry.planning import seed_rank
 
 snakemake = globals()["snakemake"]  # injected by Snakemake
 wildcards = snakemake.wildcards
 start_s = time.perf_counter()
 dataset = load_dataset(wildcards.dataset, snakemake.params.root)
 load_s = time.perf_counter() - start_s
-rank = seed_rank_for(dataset, wildcards.ordering, int(wildcards.seed))
+rank = seed_rank(dataset, wildcards.ordering, int(wildcards.seed))
 ordering_s = time.perf_counter() - start_s - load_s
 stamp = {"dataset": wildcards.dataset, "ordering": wildcards.ordering, "seed": int(wildcards.seed),
          "num_nodes": None if rank is None else int(rank.numel()), "load_s": load_s, "ordering_s": ordering_s}

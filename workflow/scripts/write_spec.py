@@ -17,5 +17,5 @@ with os.fdopen(fd, "w", encoding="utf-8") as f:
     f.write("\n")
 os.replace(tmp, path)
 with open(snakemake.log[0], "w", encoding="utf-8") as log:
-    print(f"wrote {path} (run {snakemake.wildcards.run}: {spec['system']} on {spec['dataset']}, tag {spec['tag']})",
+    print(f"wrote {path} (run {snakemake.wildcards.run}: {spec['system']} on {spec['dataset']}, experiment {spec['experiment'] or '-'})",
           file=log)

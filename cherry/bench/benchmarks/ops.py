@@ -23,30 +23,10 @@ from typing import Callable
 
 import torch
 
-from cherry.cli.options import fanout_list, positive_int
 
 TARGET_SAMPLER_SPEEDUP = 1.0
 TARGET_SLICE_SPEEDUP = 10.0
 TARGET_PEAK_RATIO = 0.5
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ops", help="native sampler, slicing and aggregation vs DGL and PyG")
-    p.add_argument("--dataset", default="synth-arxiv")
-    p.add_argument("--root", default=None)
-    p.add_argument("--synthetic-nodes", type=positive_int, default=None, metavar="N",
-                   help="use a Chung-Lu power-law graph of N nodes instead of --dataset")
-    p.add_argument("--synthetic-degree", type=float, default=13.7,
-                   help="average in-degree of the Chung-Lu graph (ogbn-arxiv symmetrised: 13.7)")
-    p.add_argument("--batch-size", type=positive_int, default=1024)
-    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
-    p.add_argument("--repeats", type=positive_int, default=20)
-    p.add_argument("--features", type=positive_int, default=256)
-    p.add_argument("--microbatches", type=positive_int, default=4, help="K for the slicing comparison")
-    p.add_argument("--threads", type=positive_int, default=None,
-                   help="intra-op threads for torch, Cherry's ops and DGL (default: torch's setting)")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=run)
 
 
 def chung_lu_graph(num_nodes: int, avg_degree: float, generator: torch.Generator, exponent: float = 2.1):
@@ -169,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from baselines.dgl.system import dgl_graph
+    from cherry.compat.dgl import dgl_graph
     from cherry.compat import dgl_available, import_dgl, pyg_sampling_available
     from cherry.ops import csr_aggregate, extension_status
     from cherry.sampling import NeighborSampler, slice_blocks_many
@@ -203,7 +183,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  dgl: skipped ({dgl_note})")
     pyg_ok, pyg_note = pyg_sampling_available()
     if pyg_ok:
-        from baselines.pyg.system import pyg_data
+        from cherry.compat.pyg import pyg_data
         from torch_geometric.loader import NeighborLoader
 
         data = pyg_data(graph)

@@ -14,38 +14,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cherry.cli.options import fanout_list, positive_int, size_bytes
 
-DEFAULT_SYSTEMS = "cherry,betty,buffalo,naive,full,dgl,pyg"
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("systems", help="cherry vs betty, buffalo, naive, full, dgl, pyg at equal K and budget")
-    p.add_argument("--dataset", default="synth-arxiv")
-    p.add_argument("--root", default=None)
-    p.add_argument("--systems", default=DEFAULT_SYSTEMS, help="comma-separated system names")
-    p.add_argument("--aggr", choices=("mean", "pool", "lstm"), default="mean")
-    p.add_argument("--hidden", type=positive_int, default=128)
-    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
-    p.add_argument("--batch-size", type=positive_int, default=8192)
-    p.add_argument("--microbatches", type=positive_int, default=8, help="K for every micro-batching system")
-    p.add_argument("--device-memory", type=size_bytes, default=None, help="emulated capacity (CPU) / cap (GPU)")
-    p.add_argument("--steps", type=positive_int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--threads", type=positive_int, default=1, help="OMP/torch threads per run (default 1)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--out-dir", default="results/bench-systems", help="where specs and records go")
-    p.set_defaults(func=run)
 
 
 def _spec(args, system: str, k: int) -> dict:
-    return {
-        "system": system, "dataset": args.dataset, "root": args.root, "model": "sage", "aggr": args.aggr,
-        "layers": len(args.fanouts), "hidden": args.hidden, "fanouts": list(args.fanouts),
-        "batch_size": args.batch_size, "microbatches": k, "device_memory": args.device_memory,
-        "device": args.device, "steps": args.steps, "warmup": args.warmup, "evaluate": False,
-        "tag": "bench-systems",
-    }
+    from cherry.spec import make_spec
+
+    return make_spec(
+        system=system, dataset=args.dataset, root=args.root, model="sage", aggr=args.aggr,
+        num_layers=len(args.fanouts), hidden=args.hidden, fanouts=list(args.fanouts),
+        batch_size=args.batch_size, num_microbatches=k, device_memory_bytes=args.device_memory,
+        device=args.device, epochs=0, steps=args.steps, warmup=args.warmup, evaluate=False,
+        experiment="bench_systems",
+    ).to_dict()
 
 
 def _run_one(args, label: str, spec: dict, out_dir: Path) -> dict:
@@ -66,8 +47,10 @@ def _fmt(value, pattern: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cherry.bench.systems import SYSTEM_NAMES
     from cherry.memory import format_size
+    from cherry.systems import is_whole_batch, system_names
+
+    SYSTEM_NAMES = system_names()
 
     systems = [s for s in args.systems.split(",") if s]
     unknown = [s for s in systems if s not in SYSTEM_NAMES]
@@ -77,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs = [(s, s, 1 if s in ("full", "dgl", "pyg") else args.microbatches) for s in systems]
+    runs = [(s, s, 1 if is_whole_batch(s) else args.microbatches) for s in systems]
     if "cherry" in systems and "dgl" in systems:
         runs.append(("cherry@K=1", "cherry", 1))
     print(f"cherry bench systems: {args.dataset}, sage-{args.aggr} H={args.hidden}, fanouts {args.fanouts}, "

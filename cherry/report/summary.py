@@ -1,6 +1,6 @@
 """The headline numbers of a workflow run, as Markdown (``results/summary.md``).
 
-    python -m cherry.bench.summary --table runs.csv --out summary.md [VERIFY.txt ...]
+    python -m cherry.report.summary --table runs.csv --out summary.md [VERIFY.txt ...]
 
 From the run table: per-step speedup of cherry over Betty and Buffalo (same case, same K), memory
 reduction over plain mini-batch training (full, DGL), the largest trainable batch per system under the
@@ -20,7 +20,7 @@ from typing import Optional
 
 import pandas as pd
 
-from cherry.bench import tables as t
+from cherry.report import tables as t
 
 VERIFY_LINE = re.compile(r"K=(?P<k>\d+) vs K=1 on (?P<seeds>\d+) seeds: largest relative difference "
                          r"(?P<rel>\S+) \((?P<verdict>within|ABOVE) tolerance (?P<tol>\S+)\)")
@@ -185,8 +185,8 @@ def status_section(frame: pd.DataFrame) -> list[str]:
     counts = frame["status"].value_counts().to_dict()
     lines = ["## Runs", "", "Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".", ""]
     others = frame[frame["status"] != "ok"]
-    rows = [[r.tag, t.system_label(r.system, r.k), r.dataset, r.batch_size, r.status, (r.reason or "")[:110]]
-            for r in others.itertuples()]
+    rows = [[f"{r.experiment}/{r.axis}" if r.axis else r.experiment, t.system_label(r.system, r.k), r.dataset,
+             r.batch_size, r.status, (r.reason or "")[:110]] for r in others.itertuples()]
     return lines + (_table(["experiment", "system", "dataset", "batch", "status", "reason"], rows) if rows else [])
 
 
@@ -206,7 +206,7 @@ def render_summary(frame: pd.DataFrame, verify_paths: list[str]) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     from cherry.io import write_bytes_atomic
 
-    parser = argparse.ArgumentParser(prog="python -m cherry.bench.summary", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m cherry.report.summary", description=__doc__.splitlines()[0])
     parser.add_argument("verify", nargs="*", help="outputs of `cherry verify` (one per check)")
     parser.add_argument("--table", required=True, help="results/records/runs.csv")
     parser.add_argument("--out", required=True, help="Markdown file to write")
@@ -214,7 +214,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         frame = t.load_table(args.table)
     except ValueError as exc:
-        print(f"cherry.bench.summary: {exc}", file=sys.stderr)
+        print(f"cherry.report.summary: {exc}", file=sys.stderr)
         return 2
     text = render_summary(frame, args.verify)
     write_bytes_atomic(args.out, text.encode())

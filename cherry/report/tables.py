@@ -1,9 +1,8 @@
 """Read the workflow's run table and reduce it to what figures and the summary show.
 
-`load_table` reads ``runs.csv`` (`cherry.bench.aggregate`) and adds derived columns: ``experiment``
-and ``axis`` (from ``tag`` = ``experiment`` or ``experiment/axis``), ``k`` (requested K as text:
-"1", "8" or "auto"), ``variant`` (the options, as "all on" or "key=value, ...") and ``case`` (one line
-naming dataset, model and sizes). Statistics follow the records' contract: step times are recomputed
+`load_table` reads ``runs.csv`` (`cherry.bench.aggregate`) and adds derived columns: ``k``
+(requested K as text: "1", "8" or "auto"), ``variant`` (the options that differ from the system's
+defaults, as "all on" or "key=value, ...") and ``case`` (one line naming dataset, model and sizes). Statistics follow the records' contract: step times are recomputed
 from the raw per-step times with the warm-up steps excluded, pooled over repeats; only rows with
 status ok count for time and memory.
 """
@@ -18,8 +17,9 @@ from typing import Iterable, Optional
 import numpy as np
 import pandas as pd
 
-PHASES = ("sample", "plan", "slice", "gather", "forward_backward", "optimizer", "other")
-CASE_COLUMNS = ("dataset", "model", "aggr", "layers", "hidden", "fanouts", "batch_size")
+from cherry.probe import TIMED_PHASES as PHASES
+
+CASE_COLUMNS = ("dataset", "model", "aggr", "num_layers", "hidden", "fanouts", "batch_size")
 MIB = 2.0**20
 
 
@@ -50,14 +50,19 @@ def case_label(row, columns: Iterable[str] = CASE_COLUMNS) -> str:
         elif column == "fanouts":
             parts.append(f"fanouts {_text(value)}")
         else:
-            short = {"layers": "L", "hidden": "H", "batch_size": "batch "}[column]
+            short = {"num_layers": "L", "hidden": "H", "batch_size": "batch "}[column]
             parts.append(f"{short}{_text(value)}")
     return " ".join(parts)
 
 
-def variant_label(options_json: str) -> str:
-    """"all on" for no options, else "key=value, ..." (booleans lower-case, as in the config)."""
+def variant_label(options_json: str, system: Optional[str] = None) -> str:
+    """"all on" when every option has the system's default (systems table), else "key=value, ..." of
+    those that differ (booleans lower-case, as in the config)."""
+    from cherry.systems import system_entry, system_names
+
     options = json.loads(options_json) if isinstance(options_json, str) and options_json else {}
+    defaults = system_entry(system).option_defaults if system in system_names() else {}
+    options = {k: v for k, v in options.items() if defaults.get(k, object()) != v}
     if not options:
         return "all on"
     return ", ".join(f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in sorted(options.items()))
@@ -70,11 +75,10 @@ def load_table(path: str | os.PathLike) -> pd.DataFrame:
     if not os.path.exists(path):
         raise ValueError(f"run table {str(path)!r} does not exist: run the workflow's aggregate_records rule first")
     frame = read_runs_csv(path)
-    tags = frame["tag"].fillna("").astype(str)
-    frame["experiment"] = tags.str.split("/").str[0]
-    frame["axis"] = [t.split("/", 1)[1] if "/" in t else "" for t in tags]
-    frame["k"] = frame["microbatches_requested"].map(_text)
-    frame["variant"] = frame["options_json"].map(variant_label)
+    frame["experiment"] = frame["experiment"].fillna("").astype(str)
+    frame["axis"] = frame["axis"].fillna("").astype(str)
+    frame["k"] = frame["num_microbatches_requested"].map(_text)
+    frame["variant"] = [variant_label(o, s) for o, s in zip(frame["options_json"], frame["system"])]
     frame["case"] = [case_label(row) for _, row in frame.iterrows()] if len(frame) else []
     return frame
 
@@ -159,4 +163,11 @@ def estimator_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 def system_label(system: str, k: str) -> str:
     """"cherry (K=auto)" for micro-batching systems, the bare name for K=1 systems."""
-    return system if system in ("full", "dgl", "pyg") else f"{system} (K={k})"
+    return system if is_whole_batch_system(system) else f"{system} (K={k})"
+
+
+def is_whole_batch_system(system: str) -> bool:
+    """True for a system of the systems table that trains the whole batch (unknown names: False)."""
+    from cherry.systems import is_whole_batch, system_names
+
+    return system in system_names() and is_whole_batch(system)

@@ -1,4 +1,4 @@
-"""What the two library baselines (DGL, PyG) share: config validation, the unavailable-system signal,
+"""What the two library baselines (DGL, PyG) share: spec checks, the unavailable-system signal,
 and a guard that keeps host-side graph structures out of the emulated device's memory count.
 
 Both train a logical mini-batch in one piece with their library's own sampler and layers; neither can
@@ -11,47 +11,27 @@ import contextlib
 
 import torch
 
-from cherry.bench.system import SystemConfig, SystemUnavailable
+from cherry.bench.system import SystemUnavailable
 from cherry.data import Dataset
 from cherry.models.spec import ModelSpec
+from cherry.spec import RunSpec
 
 LIBRARY_MODELS = ("sage", "gcn", "gat")
 
 
-def model_spec(dataset: Dataset, config: SystemConfig, system_name: str) -> ModelSpec:
-    """Validate ``config`` for a library baseline and return the model it describes.
+def model_spec(dataset: Dataset, spec: RunSpec, system_name: str) -> ModelSpec:
+    """Check ``spec`` for a library baseline and return the model it describes.
 
-    Raises TypeError for a wrong config type and ValueError, naming the value, for anything a
-    library baseline cannot do (micro-batching, the MLP model, fanouts not matching the depth,
-    system options, a non-positive learning rate).
+    The spec is already valid (`cherry.spec`: one fanout per layer, K = 1 for a whole-batch system,
+    no unknown options); what is left is what a library baseline cannot do: the MLP model.
     """
     if not isinstance(dataset, Dataset):
         raise TypeError(f"dataset must be a cherry.data.Dataset, got {type(dataset).__name__}")
-    if not isinstance(config, SystemConfig):
-        raise TypeError(f"config must be a cherry.bench.system.SystemConfig, got {type(config).__name__}")
-    if config.model not in LIBRARY_MODELS:
-        raise ValueError(f"{system_name} runs models {LIBRARY_MODELS}, got model={config.model!r}")
-    if config.num_microbatches not in (None, 1):
-        raise ValueError(
-            f"{system_name} trains each logical batch in one piece: num_microbatches must be None or 1, "
-            f"got {config.num_microbatches!r}"
-        )
-    if len(tuple(config.fanouts)) != config.num_layers:
-        raise ValueError(
-            f"fanouts {tuple(config.fanouts)} must give one fanout per layer (num_layers={config.num_layers})"
-        )
-    for fanout in config.fanouts:
-        if isinstance(fanout, bool) or not isinstance(fanout, int) or (fanout < 1 and fanout != -1):
-            raise ValueError(f"fanouts must be ints >= 1 or -1 (all neighbours), got {tuple(config.fanouts)}")
-    if config.options:
-        raise ValueError(f"{system_name} takes no options, got {sorted(config.options)}")
-    if isinstance(config.lr, bool) or not isinstance(config.lr, (int, float)) or not config.lr > 0:
-        raise ValueError(f"lr must be a positive number, got {config.lr!r}")
-    return ModelSpec(
-        model=config.model, in_dim=dataset.feature_dim, hidden=config.hidden,
-        num_classes=dataset.num_classes, num_layers=config.num_layers, aggr=config.aggr,
-        heads=config.heads, dropout=config.dropout,
-    )
+    if not isinstance(spec, RunSpec):
+        raise TypeError(f"spec must be a cherry.spec.RunSpec, got {type(spec).__name__}")
+    if spec.model not in LIBRARY_MODELS:
+        raise ValueError(f"{system_name} runs models {LIBRARY_MODELS}, got model={spec.model!r}")
+    return spec.model_spec(dataset)
 
 
 def check_seeds(seeds: torch.Tensor, num_nodes: int) -> None:

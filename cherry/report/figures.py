@@ -1,6 +1,6 @@
 """The benchmark's figures, drawn from the run table (``results/records/runs.csv``) alone.
 
-    python -m cherry.bench.figures NAME --table runs.csv --png OUT.png --pdf OUT.pdf
+    python -m cherry.report.figures NAME --table runs.csv --png OUT.png --pdf OUT.pdf
 
 NAME is one of `FIGURES`. Every figure has one row of panels per setting ("case") found in the
 table; points are medians over repeats with 10-90 % whiskers over the pooled measured steps (time)
@@ -18,11 +18,8 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
-from cherry.bench import tables as t
+from cherry.report import tables as t
 
-SYSTEM_COLORS = {"cherry": "#c0392b", "full": "#222222", "dgl": "#2471a3", "pyg": "#17a2b8",
-                 "naive": "#7f8c8d", "betty": "#229954", "buffalo": "#d68910"}
-MARKERS = {"cherry": "o", "full": "s", "dgl": "D", "pyg": "P", "naive": "v", "betty": "^", "buffalo": "<"}
 
 
 def _plt():
@@ -48,7 +45,12 @@ def _empty(title: str, why: str):
 
 
 def _style(system: str) -> dict:
-    return {"color": SYSTEM_COLORS.get(system, "#8e44ad"), "marker": MARKERS.get(system, "o")}
+    from cherry.systems import system_entry, system_names
+
+    if system not in system_names():
+        return {"color": "#8e44ad", "marker": "o"}
+    entry = system_entry(system)
+    return {"color": entry.colour, "marker": entry.marker}
 
 
 def _series(rows: pd.DataFrame):
@@ -149,7 +151,7 @@ def _k_lines(frame: pd.DataFrame, experiment: str, title: str, ylabel: str,
             series = series[series["k"].str.isdigit()]
             if series.empty:
                 continue
-            if system in ("full", "dgl", "pyg"):
+            if t.is_whole_batch_system(system):
                 stats = value(series)
                 if reference_line and stats is not None:
                     color = _style(system)["color"]
@@ -235,7 +237,7 @@ def draw_convergence(frame: pd.DataFrame):
 
 
 def _axis_value(row, axis: str):
-    return {"aggr": t.model_label(row), "layers": int(row["layers"]), "hidden": int(row["hidden"]),
+    return {"aggr": t.model_label(row), "layers": int(row["num_layers"]), "hidden": int(row["hidden"]),
             "fanout": str(row["fanouts"])}[axis]
 
 
@@ -354,7 +356,7 @@ def render(name: str, frame: pd.DataFrame, png: Optional[str], pdf: Optional[str
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cherry.bench.figures", description="draw one figure")
+    parser = argparse.ArgumentParser(prog="python -m cherry.report.figures", description="draw one figure")
     parser.add_argument("name", choices=sorted(FIGURES))
     parser.add_argument("--table", required=True, help="results/records/runs.csv")
     parser.add_argument("--png", default=None)
@@ -365,7 +367,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         frame = t.load_table(args.table)
     except ValueError as exc:
-        print(f"cherry.bench.figures: {exc}", file=sys.stderr)
+        print(f"cherry.report.figures: {exc}", file=sys.stderr)
         return 2
     render(args.name, frame, args.png, args.pdf)
     return 0
