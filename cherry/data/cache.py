@@ -126,6 +126,7 @@ def swap_into_place(new: Path, target: Path) -> None:
 
 _SUMMARY_TYPES = {"name": str, "num_nodes": int, "num_edges": int, "source_edges": int, "feature_dim": int,
                   "num_classes": int, "split_sizes": dict, "degree": dict, "metadata": dict}
+_KIND_NAMES = {str: "a string", int: "an integer", dict: "a JSON object"}
 _ENTRY_TYPES = {"file": str, "sha256": str, "bytes": int, "shape": list, "dtype": str}
 
 
@@ -153,7 +154,7 @@ def read_manifest(cache_dir: Path) -> dict:
                               f"this Cherry reads v{FORMAT_VERSION}")
     for key, kind in _SUMMARY_TYPES.items():
         if not isinstance(manifest.get(key), kind) or isinstance(manifest.get(key), bool):
-            raise bad(f"field {key!r} must be a {kind.__name__}, got {manifest.get(key)!r}")
+            raise bad(f"field {key!r} must be {_KIND_NAMES[kind]}, got {manifest.get(key)!r}")
     files = manifest.get("files")
     if not isinstance(files, dict) or set(files) != set(ARRAY_NAMES):
         raise bad(f"'files' must list exactly {', '.join(ARRAY_NAMES)}")
