@@ -34,6 +34,15 @@ def _at(where: Optional[str]) -> str:
     return f" ({where})" if where else ""
 
 
+def _check_per_node(x: torch.Tensor, what: str, unit: str, dims: int, num_nodes: int,
+                    where: Optional[str]) -> None:
+    if x.dim() != dims:
+        raise ValueError(f"{what}{_at(where)} must be {dims}-D (one {unit} per node), got shape {tuple(x.shape)}")
+    if x.shape[0] != num_nodes:
+        raise ValueError(f"{what}{_at(where)} have {x.shape[0]} {unit}s for {num_nodes} nodes; "
+                         f"expected one {unit} per node")
+
+
 def check_edges(edge_index, num_nodes: int, declared_edges: Optional[int] = None,
                 where: Optional[str] = None) -> None:
     """``edge_index`` is ``[2, E]`` with ids in ``[0, num_nodes)`` and ``E == declared_edges`` if given."""
@@ -53,11 +62,7 @@ def check_edges(edge_index, num_nodes: int, declared_edges: Optional[int] = None
 def check_features(features, num_nodes: int, where: Optional[str] = None) -> None:
     """``features`` is ``[num_nodes, F]`` and every value is finite."""
     x = _tensor(features)
-    if x.dim() != 2:
-        raise ValueError(f"features{_at(where)} must be a 2-D [nodes, F] matrix, got shape {tuple(x.shape)}")
-    if x.shape[0] != num_nodes:
-        raise ValueError(f"features{_at(where)} have {x.shape[0]} rows for {num_nodes} nodes; "
-                         "expected one row per node")
+    _check_per_node(x, "features", "row", 2, num_nodes, where)
     if not x.is_floating_point():
         return
     rows = max(1, _FINITE_CHUNK_VALUES // max(x.shape[1], 1))
@@ -73,11 +78,7 @@ def check_features(features, num_nodes: int, where: Optional[str] = None) -> Non
 def check_labels(labels, num_nodes: int, num_classes: int, where: Optional[str] = None) -> None:
     """``labels`` is ``[num_nodes]`` with values in ``[0, num_classes)`` or `UNLABELLED`."""
     y = _tensor(labels)
-    if y.dim() != 1:
-        raise ValueError(f"labels{_at(where)} must be 1-D (one label per node), got shape {tuple(y.shape)}")
-    if y.shape[0] != num_nodes:
-        raise ValueError(f"labels{_at(where)} hold {y.shape[0]} values for {num_nodes} nodes; "
-                         "expected one label per node")
+    _check_per_node(y, "labels", "label", 1, num_nodes, where)
     if y.numel() == 0:
         return
     bad = (y < UNLABELLED) | (y >= num_classes)

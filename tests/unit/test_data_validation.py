@@ -51,7 +51,7 @@ CASES = {  # id: (damage, what the message must say)
     "label-negative": (_gz("raw/node-label.csv.gz", "0\n1\n3\n-3\n1\n0\n"), r"node 3 has label -3"),
     "label-fractional": (_gz("raw/node-label.csv.gz", "0\n1.5\n3\n3\n1\n0\n"),
                          r"node-label\.csv\.gz: label at row 1 is 1\.5; expected an integer"),
-    "label-fewer-rows": (_gz("raw/node-label.csv.gz", "0\n1\n"), r"hold 2 values for 6 nodes"),
+    "label-fewer-rows": (_gz("raw/node-label.csv.gz", "0\n1\n"), r"node-label\.csv\.gz\) have 2 labels for 6 nodes; expected one label per node"),
     "label-missing-on-train-node": (_gz("raw/node-label.csv.gz", "0\nnan\n3\n3\n1\n0\n"),
                                     r"train split \(.*train\.csv\.gz\) holds node 1, which is unlabelled"),
     "split-out-of-range": (_gz("split/time/train.csv.gz", "0\n1\n9\n"),
