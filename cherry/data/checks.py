@@ -9,10 +9,11 @@ What a valid dataset is (the contract `cherry.data.Dataset` and every engine sta
 - the train / valid / test index vectors hold distinct node ids in ``[0, num_nodes)``, are pairwise
   disjoint (as OGB's splits are), every split node is labelled, and the train split is not empty.
 
-Every check takes an optional ``where`` (a file, or a field name) that the message names. They run on
-torch tensors (numpy arrays pass through ``torch.from_numpy`` without a copy) so that the converted
-data at ``data prepare`` and a `Dataset` at load share one definition. Features are scanned in chunks
-so a large (possibly memory-mapped) matrix needs no full-size temporary.
+Every check takes an optional ``where`` (a file, or a field name) that the message names. They take
+numpy arrays or torch tensors (viewed as numpy without a copy on the CPU), so that the converted data at
+``data prepare`` and a `Dataset` at load share one definition; numpy because these are single passes
+over memory, where torch's thread pool only adds overhead (50x on a loaded 2-core machine). Features
+are scanned in chunks so a large (possibly memory-mapped) matrix needs no full-size temporary.
 """
 from __future__ import annotations
 
@@ -26,17 +27,17 @@ SPLITS = ("train", "valid", "test")
 _FINITE_CHUNK_VALUES = 1 << 24
 
 
-def _tensor(x) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x
+def _array(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 def _at(where: Optional[str]) -> str:
     return f" ({where})" if where else ""
 
 
-def _check_per_node(x: torch.Tensor, what: str, unit: str, dims: int, num_nodes: int,
+def _check_per_node(x: np.ndarray, what: str, unit: str, dims: int, num_nodes: int,
                     where: Optional[str]) -> None:
-    if x.dim() != dims:
+    if x.ndim != dims:
         raise ValueError(f"{what}{_at(where)} must be {dims}-D (one {unit} per node), got shape {tuple(x.shape)}")
     if x.shape[0] != num_nodes:
         raise ValueError(f"{what}{_at(where)} have {x.shape[0]} {unit}s for {num_nodes} nodes; "
@@ -46,13 +47,13 @@ def _check_per_node(x: torch.Tensor, what: str, unit: str, dims: int, num_nodes:
 def check_edges(edge_index, num_nodes: int, declared_edges: Optional[int] = None,
                 where: Optional[str] = None) -> None:
     """``edge_index`` is ``[2, E]`` with ids in ``[0, num_nodes)`` and ``E == declared_edges`` if given."""
-    edges = _tensor(edge_index)
-    if edges.dim() != 2 or edges.shape[0] != 2:
+    edges = _array(edge_index)
+    if edges.ndim != 2 or edges.shape[0] != 2:
         raise ValueError(f"edges{_at(where)} must be pairs 'src,dst' ([2, E]), got shape {tuple(edges.shape)}")
     if declared_edges is not None and edges.shape[1] != declared_edges:
         raise ValueError(f"edges{_at(where)}: {edges.shape[1]} edges read, the dataset declares {declared_edges} "
                          "(truncated or padded file?)")
-    if edges.numel():
+    if edges.size:
         lo, hi = int(edges.min()), int(edges.max())
         if lo < 0 or hi >= num_nodes:
             bad = lo if lo < 0 else hi
@@ -61,29 +62,29 @@ def check_edges(edge_index, num_nodes: int, declared_edges: Optional[int] = None
 
 def check_features(features, num_nodes: int, where: Optional[str] = None) -> None:
     """``features`` is ``[num_nodes, F]`` and every value is finite."""
-    x = _tensor(features)
+    x = _array(features)
     _check_per_node(x, "features", "row", 2, num_nodes, where)
-    if not x.is_floating_point():
+    if x.dtype.kind != "f":
         return
     rows = max(1, _FINITE_CHUNK_VALUES // max(x.shape[1], 1))
     for start in range(0, num_nodes, rows):
         chunk = x[start:start + rows]
-        finite = torch.isfinite(chunk)
-        if not bool(finite.all()):
-            r, c = (int(v) for v in torch.nonzero(~finite)[0])
+        finite = np.isfinite(chunk)
+        if not finite.all():
+            r, c = (int(v) for v in np.argwhere(~finite)[0])
             raise ValueError(f"features{_at(where)} must be finite; node {start + r}, column {c} is "
                              f"{float(chunk[r, c])}")
 
 
 def check_labels(labels, num_nodes: int, num_classes: int, where: Optional[str] = None) -> None:
     """``labels`` is ``[num_nodes]`` with values in ``[0, num_classes)`` or `UNLABELLED`."""
-    y = _tensor(labels)
+    y = _array(labels)
     _check_per_node(y, "labels", "label", 1, num_nodes, where)
-    if y.numel() == 0:
+    if y.size == 0:
         return
     bad = (y < UNLABELLED) | (y >= num_classes)
-    if bool(bad.any()):
-        node = int(torch.nonzero(bad)[0])
+    if bad.any():
+        node = int(np.flatnonzero(bad)[0])
         raise ValueError(f"labels{_at(where)}: node {node} has label {int(y[node])}; expected a class in "
                          f"[0, {num_classes}) or {UNLABELLED} (unlabelled)")
 
@@ -95,34 +96,35 @@ def check_splits(splits: Mapping[str, object], num_nodes: int, labels=None,
     ``splits`` maps each of `SPLITS` to a 1-D index vector; ``where`` maps a split to its source.
     """
     where = where or {}
-    owner = torch.full((num_nodes,), -1, dtype=torch.int8)
+    owner = np.full(num_nodes, -1, dtype=np.int8)
+    y_all = None if labels is None else _array(labels)
     for i, split in enumerate(SPLITS):
-        idx = _tensor(splits[split])
+        idx = _array(splits[split])
         at = _at(where.get(split))
-        if idx.dim() != 1:
+        if idx.ndim != 1:
             raise ValueError(f"{split} split{at} must be a 1-D list of node ids, got shape {tuple(idx.shape)}")
-        if split == "train" and idx.numel() == 0:
+        if split == "train" and idx.size == 0:
             raise ValueError(f"train split{at} is empty; expected at least one training node")
-        if idx.numel() == 0:
+        if idx.size == 0:
             continue
         lo, hi = int(idx.min()), int(idx.max())
         if lo < 0 or hi >= num_nodes:
             raise ValueError(f"{split} split{at} names node {lo if lo < 0 else hi}; "
                              f"expected node ids in [0, {num_nodes})")
-        counts = torch.bincount(idx, minlength=num_nodes)
+        counts = np.bincount(idx, minlength=num_nodes)
         if int(counts.max()) > 1:
             raise ValueError(f"{split} split{at} lists node {int(counts.argmax())} {int(counts.max())} times; "
                              "expected distinct node ids")
         taken = owner[idx]
-        if bool((taken >= 0).any()):
-            pos = int(torch.nonzero(taken >= 0)[0])
+        if (taken >= 0).any():
+            pos = int(np.flatnonzero(taken >= 0)[0])
             other = SPLITS[int(taken[pos])]
             raise ValueError(f"{split} split{at} shares node {int(idx[pos])} with the {other} split; "
                              "expected disjoint splits")
         owner[idx] = i
-        if labels is not None:
-            y = _tensor(labels)[idx]
-            if bool((y < 0).any()):
-                node = int(idx[int(torch.nonzero(y < 0)[0])])
+        if y_all is not None:
+            y = y_all[idx]
+            if (y < 0).any():
+                node = int(idx[int(np.flatnonzero(y < 0)[0])])
                 raise ValueError(f"{split} split{at} holds node {node}, which is unlabelled; "
                                  "expected labelled split nodes")
