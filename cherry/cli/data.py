@@ -18,8 +18,7 @@ import sys
 import threading
 import time
 
-from cherry.data import DATASET_NAMES, dataset_info, prepare_dataset
-from cherry.data.datasets import verify_dataset
+from cherry.data import DATASET_NAMES, dataset_info, prepare_dataset, verify_dataset
 
 _MIN_INTERVAL_S = 1.0  # between two progress lines of the same stage
 

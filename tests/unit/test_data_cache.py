@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 from cherry.cli import main
-from cherry.data import dataset_info, load_dataset, prepare_dataset
+from cherry.data import dataset_info, load_dataset, prepare_dataset, verify_dataset
 from cherry.data import cache as cache_mod
-from cherry.data.datasets import verify_dataset
 from tests.unit.fake_ogb import flip_byte
 
 
