@@ -1,17 +1,24 @@
-"""``cherry data``: prepare a dataset (generate or convert once into the cache) and describe it.
+"""``cherry data``: prepare a dataset (generate or convert once into the cache), describe and verify it.
 
 ``cherry data prepare NAME [--root DIR] [--scale X] [--force]`` prints progress lines on stderr and
-the cache directory on stdout. ``cherry data info NAME [--root DIR] [--scale X]`` prints a JSON
-summary on stdout (preparing the dataset first if needed).
+the cache directory on stdout; a SIGTERM (or Ctrl-C) while it runs removes its temporary directory
+before exiting (a SIGKILL cannot be caught: the next prepare deletes what it left). ``cherry data info
+NAME [--root DIR] [--scale X]`` prints a JSON summary on stdout (preparing the dataset first if
+needed) after checking every cache file's size and sha256 against the manifest. ``cherry data verify
+NAME`` checks an existing cache in full (checksums, then graph, finite features, labels, splits) and
+prints what it checked as JSON. Any fault is a one-line error naming the file or value.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
 
-from cherry.data import DATASET_NAMES, dataset_info, prepare_dataset
+from cherry.data import DATASET_NAMES, dataset_info, prepare_dataset, verify_dataset
 
 _MIN_INTERVAL_S = 1.0  # between two progress lines of the same stage
 
@@ -36,10 +43,32 @@ class _ProgressLines:
         print(f"[{now_s:7.1f}s] {stage} {fraction:4.0%}", file=self.stream or sys.stderr, flush=True)
 
 
+class Terminated(SystemExit):
+    """Raised in the main thread on SIGTERM, so ``finally`` clauses (temporary-directory cleanup) run."""
+
+
+@contextlib.contextmanager
+def _terminate_cleanly():
+    """While inside, SIGTERM raises `Terminated` (exit status 143, as the default action reports)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _prepare(args: argparse.Namespace) -> int:
     progress = _ProgressLines()
-    cache_dir = prepare_dataset(args.name, root=args.root, scale=args.scale, force=args.force,
-                                progress=progress)
+    with _terminate_cleanly():
+        cache_dir = prepare_dataset(args.name, root=args.root, scale=args.scale, force=args.force,
+                                    progress=progress)
     print(f"[{progress.elapsed_s():7.1f}s] {args.name} ready", file=sys.stderr, flush=True)
     print(cache_dir)
     return 0
@@ -48,6 +77,11 @@ def _prepare(args: argparse.Namespace) -> int:
 def _info(args: argparse.Namespace) -> int:
     info = dataset_info(args.name, root=args.root, scale=args.scale)
     print(json.dumps(info, indent=2, sort_keys=True))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    print(json.dumps(verify_dataset(args.name, root=args.root, scale=args.scale), indent=2, sort_keys=True))
     return 0
 
 
@@ -61,13 +95,16 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers) -> None:
-    """Add ``cherry data {prepare,info}``."""
+    """Add ``cherry data {prepare,info,verify}``."""
     parser = subparsers.add_parser("data", help="prepare and describe datasets")
     verbs = parser.add_subparsers(dest="data_command", required=True)
     prepare = verbs.add_parser("prepare", help="generate or convert a dataset into the checksummed cache")
     _add_common(prepare)
     prepare.add_argument("--force", action="store_true", help="rebuild even if a current cache exists")
     prepare.set_defaults(func=_prepare)
-    info = verbs.add_parser("info", help="print a JSON summary of a dataset")
+    info = verbs.add_parser("info", help="print a JSON summary of a dataset (checksums verified)")
     _add_common(info)
     info.set_defaults(func=_info)
+    verify = verbs.add_parser("verify", help="check a prepared cache in full: checksums and contents")
+    _add_common(verify)
+    verify.set_defaults(func=_verify)

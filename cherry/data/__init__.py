@@ -2,9 +2,11 @@
 
 ``load_dataset(name)`` returns a `Dataset` for any name in `DATASET_NAMES`, preparing it on first
 use (generated names are written in OGB's layout and read back through OGB's loader; real OGB names
-are read from files the user places under ``<root>/<ogbn_name>``). See `cherry.data.datasets`.
+are read from files the user places under ``<root>/<ogbn_name>``). Data is validated when prepared
+(`cherry.data.checks`) and checked against the cache's manifest when loaded; `verify_dataset` checks
+a cache in full. See `cherry.data.datasets`.
 """
-from cherry.data.datasets import dataset_dir, dataset_info, load_dataset, prepare_dataset
+from cherry.data.datasets import dataset_dir, dataset_info, load_dataset, prepare_dataset, verify_dataset
 from cherry.data.graph import Dataset, Graph
 from cherry.data.registry import DATASET_NAMES, default_root
 
@@ -17,4 +19,5 @@ __all__ = [
     "default_root",
     "load_dataset",
     "prepare_dataset",
+    "verify_dataset",
 ]

@@ -3,7 +3,19 @@
 Invariants: a cache directory exists only complete (it is written in a temporary sibling directory and
 renamed into place, so an interruption leaves no half-written cache); ``manifest.json`` records the
 sha256, size, shape and dtype of every file; `load_cache` refuses a file whose size or checksum differs
-from the manifest, naming the file. Large arrays are memory-mapped copy-on-write (``mmap_mode='c'``):
+from the manifest, naming the file.
+
+What is trusted: the manifest, and only a well-formed one. It is written last, inside the temporary
+directory, so a cache with a well-formed manifest was complete when written; every array is then
+checked against it (size always, sha256 unless the caller opts out, shape and dtype at load).
+`read_manifest` refuses a missing, truncated or malformed manifest (wrong types, unknown file names,
+a file entry pointing outside the cache) with a one-line error: the arrays cannot be checked without
+it, so they are not used (`cherry.data.datasets` rebuilds on ``data prepare`` and refuses at load).
+A manifest of another format version raises `StaleCacheError`: a rebuild, not a fault.
+
+Temporary and replaced directories are named ``.<name>.tmp-<host>-<pid>-<hex>`` and
+``.<name>.old-<host>-<pid>-<hex>``; `remove_stale_temps` deletes those whose process no longer runs on
+this host (left by a killed run), never one a running process still writes. Large arrays are memory-mapped copy-on-write (``mmap_mode='c'``):
 pages load lazily and an accidental in-place write cannot corrupt the cache (a read-only mapping would
 turn such a write into a segfault once wrapped by ``torch.from_numpy``).
 """
@@ -12,7 +24,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import uuid
 from pathlib import Path
 
@@ -26,18 +40,48 @@ MMAP_THRESHOLD_BYTES = 256 << 20
 _HASH_BLOCK_BYTES = 8 << 20
 
 
+class StaleCacheError(ValueError):
+    """The manifest is well-formed but of another cache format version: rebuild the cache."""
+
+
+def temp_sibling(target: Path, kind: str = "tmp") -> Path:
+    """A fresh sibling path of ``target`` named after this host and process (see module docstring)."""
+    return target.with_name(f".{target.name}.{kind}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Delete temporary / replaced siblings of ``target`` whose writer died on this host; return them."""
+    target = Path(target)
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(tmp|old)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{{8}}$")
+    host, removed = socket.gethostname(), []
+    if not target.parent.is_dir():
+        return removed
+    for path in target.parent.iterdir():
+        match = pattern.match(path.name)
+        if match and match["host"] == host and not _process_alive(int(match["pid"])):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(_HASH_BLOCK_BYTES):
             h.update(block)
     return h.hexdigest()
-
-
-def _write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 def write_cache(cache_dir: Path, arrays: dict[str, np.ndarray], info: dict) -> Path:
@@ -49,7 +93,8 @@ def write_cache(cache_dir: Path, arrays: dict[str, np.ndarray], info: dict) -> P
         raise ValueError(f"cache arrays must be exactly {ARRAY_NAMES}, got {sorted(arrays)}")
     cache_dir = Path(cache_dir)
     cache_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_dir.with_name(f".{cache_dir.name}.tmp-{uuid.uuid4().hex[:8]}")
+    remove_stale_temps(cache_dir)
+    tmp = temp_sibling(cache_dir)
     tmp.mkdir()
     try:
         files = {}
@@ -60,7 +105,7 @@ def write_cache(cache_dir: Path, arrays: dict[str, np.ndarray], info: dict) -> P
             files[key] = {"file": path.name, "sha256": sha256_file(path), "bytes": path.stat().st_size,
                           "shape": list(arr.shape), "dtype": str(arr.dtype)}
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, **info, "files": files}
-        _write_json_atomic(tmp / MANIFEST, manifest)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")  # tmp is private
         swap_into_place(tmp, cache_dir)
     finally:
         if tmp.exists():
@@ -72,26 +117,53 @@ def swap_into_place(new: Path, target: Path) -> None:
     """Rename ``new`` to ``target``, replacing an existing ``target`` (moved aside, then deleted)."""
     old = None
     if target.exists():
-        old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+        old = temp_sibling(target, "old")
         os.rename(target, old)
     os.rename(new, target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+_SUMMARY_TYPES = {"name": str, "num_nodes": int, "num_edges": int, "source_edges": int, "feature_dim": int,
+                  "num_classes": int, "split_sizes": dict, "degree": dict, "metadata": dict}
+_KIND_NAMES = {str: "a string", int: "an integer", dict: "a JSON object"}
+_ENTRY_TYPES = {"file": str, "sha256": str, "bytes": int, "shape": list, "dtype": str}
+
+
 def read_manifest(cache_dir: Path) -> dict:
-    """The parsed manifest of ``cache_dir``; FileNotFoundError / ValueError if missing or malformed."""
+    """The parsed, well-formed manifest of ``cache_dir``.
+
+    FileNotFoundError if it is missing; ValueError (one line, naming the file and the fault) if it is
+    truncated or malformed; `StaleCacheError` if it is of another format version.
+    """
     path = Path(cache_dir) / MANIFEST
     if not path.exists():
         raise FileNotFoundError(f"no dataset cache manifest at {path}")
     try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"corrupt cache manifest {path}: {exc}") from None
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path} is not a {FORMAT} v{FORMAT_VERSION} manifest")
-    if set(manifest.get("files", {})) != set(ARRAY_NAMES):
-        raise ValueError(f"{path} must list files {ARRAY_NAMES}")
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"corrupt cache manifest {path}: not valid JSON ({exc})") from None
+
+    def bad(what: str) -> ValueError:
+        return ValueError(f"corrupt cache manifest {path}: {what}")
+
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise bad(f"expected a {FORMAT} manifest (a JSON object with format {FORMAT!r})")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise StaleCacheError(f"{path} is a {FORMAT} v{manifest.get('format_version')} manifest; "
+                              f"this Cherry reads v{FORMAT_VERSION}")
+    for key, kind in _SUMMARY_TYPES.items():
+        if not isinstance(manifest.get(key), kind) or isinstance(manifest.get(key), bool):
+            raise bad(f"field {key!r} must be {_KIND_NAMES[kind]}, got {manifest.get(key)!r}")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or set(files) != set(ARRAY_NAMES):
+        raise bad(f"'files' must list exactly {', '.join(ARRAY_NAMES)}")
+    for key in ARRAY_NAMES:
+        entry = files[key]
+        if not isinstance(entry, dict) or any(not isinstance(entry.get(f), t) for f, t in _ENTRY_TYPES.items()):
+            raise bad(f"entry {key!r} must hold {', '.join(_ENTRY_TYPES)}, got {entry!r}")
+        if entry["file"] != f"{key}.npy":  # never follow a manifest outside its directory
+            raise bad(f"entry {key!r} names file {entry['file']!r}; expected {key}.npy")
     return manifest
 
 
@@ -101,7 +173,8 @@ def verify_cache(cache_dir: Path, manifest: dict, checksums: bool = True) -> Non
         entry = manifest["files"][key]
         path = Path(cache_dir) / entry["file"]
         if not path.exists():
-            raise FileNotFoundError(f"dataset cache file {path} is missing; re-run with --force")
+            raise FileNotFoundError(f"dataset cache file {path} is missing; "
+                                    "re-run `cherry data prepare` with --force")
         size = path.stat().st_size
         if size != entry["bytes"]:
             raise ValueError(

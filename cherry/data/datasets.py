@@ -8,13 +8,25 @@ directory; nothing is downloaded, nothing prompts), read with OGB's loader and c
 ``<root>/<ogbn_name>/cherry``. Every graph is stored undirected: generated and ogbn-products edges get
 their reverses from OGB (``add_inverse_edge``); ogbn-arxiv and ogbn-papers100M are symmetrised here,
 as the OGB reference models do.
+
+Validation: what OGB's loader returns is checked (`cherry.data.checks`, via `read_ogb`) before any
+cache is written, so a cache holds only valid data; a `Dataset` re-checks labels and splits when it is
+built, so a cache edited behind its manifest's back fails at load, not with an IndexError in training.
+Trust (see `cherry.data.cache`): a cache is used only with a well-formed manifest that matches the
+requested source; its files are checked against it. A cache whose manifest is missing or corrupt is
+rebuilt by `prepare_dataset` (it says so through ``progress``) and refused by `load_dataset`,
+`dataset_info` and `verify_dataset` with a one-line error saying how to rebuild it; a cache of another
+spec or format version is rebuilt silently (that is what a version bump asks for).
+Temporaries left by a killed prepare (``.<dir>.tmp-<host>-<pid>-<hex>``) are deleted by the next one.
+Errors about the root (a file, not writable) are one-line ValueErrors naming the path.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import shutil
-import uuid
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -22,10 +34,11 @@ import numpy as np
 import torch
 
 from cherry.data import cache as cache_mod
+from cherry.data import checks
 from cherry.data.graph import Dataset, Graph
 from cherry.data.ogb_io import check_ogb_files, read_ogb, synth_meta_dict, write_synth_layout
-from cherry.data.registry import (CACHE_DIRNAME, OGB_SPECS, check_name, dir_name, resolve_root,
-                                  resolve_scale, synth_spec)
+from cherry.data.registry import (CACHE_DIRNAME, OGB_SPECS, check_name, dir_name, ensure_writable_dir,
+                                  resolve_root, resolve_scale, synth_spec)
 from cherry.data.synthetic import generate
 
 GENERATOR_VERSION = 1  # bump when the generator's output for a given spec changes
@@ -46,14 +59,33 @@ def _expected_metadata(name: str, scale: float | None) -> dict:
     return json.loads(json.dumps(meta))  # as the manifest stores it (tuples become lists)
 
 
-def _current_manifest(cache_dir: Path, expected: dict) -> dict | None:
-    """The manifest if the cache exists and was made from the same source/spec; else None."""
+def _cache_state(cache_dir: Path, expected: dict) -> tuple[str, dict | str | None]:
+    """("current", manifest), ("stale", None), ("absent", None) or ("corrupt", reason)."""
     try:
         manifest = cache_mod.read_manifest(cache_dir)
-    except (FileNotFoundError, ValueError):
-        return None
+    except cache_mod.StaleCacheError:
+        return "stale", None
+    except FileNotFoundError:
+        return ("corrupt", "its manifest.json is missing") if cache_dir.is_dir() else ("absent", None)
+    except ValueError as exc:
+        return "corrupt", str(exc)
     meta = manifest.get("metadata", {})
-    return manifest if all(meta.get(k) == v for k, v in expected.items()) else None
+    return ("current", manifest) if all(meta.get(k) == v for k, v in expected.items()) else ("stale", None)
+
+
+_WRITE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EISDIR}
+
+
+@contextlib.contextmanager
+def _writing(where: Path):
+    """Turn a failed write under ``where`` (permissions, read-only or full disk) into a one-line ValueError."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS:
+            raise
+        raise ValueError(f"cannot write {exc.filename or where}: {exc.strerror}; "
+                         f"expected a writable directory for {where}") from None
 
 
 def _convert(read: dict, report: Callable[[str, float], None]) -> tuple[dict, dict]:
@@ -88,7 +120,8 @@ def _convert(read: dict, report: Callable[[str, float], None]) -> tuple[dict, di
 def _prepare_generated(name, root: Path, scale, report) -> Path:
     spec = synth_spec(name, scale)
     final = root / dir_name(name, scale)
-    tmp = root / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
+    cache_mod.remove_stale_temps(final)
+    tmp = cache_mod.temp_sibling(final)
     try:
         report("generating graph, features and split", 0.0)
         arrays = generate(spec)
@@ -115,6 +148,7 @@ def _prepare_generated(name, root: Path, scale, report) -> Path:
 def _prepare_real(name, root: Path, report) -> Path:
     directory = root / dir_name(name)
     check_ogb_files(name, directory)
+    ensure_writable_dir(directory, f"{name} directory")  # OGB writes processed/, Cherry its cache
     report(f"reading {directory} through ogb.NodePropPredDataset", 0.0)
     read = read_ogb(name, directory)
     cache_arrays, summary = _convert(read, report)
@@ -126,50 +160,86 @@ def _prepare_real(name, root: Path, report) -> Path:
 
 
 def prepare_dataset(name: str, root=None, scale: float | None = None, force: bool = False,
-                    progress: Progress = None) -> Path:
+                    progress: Progress = None, *, rebuild_corrupt: bool = True) -> Path:
     """Make sure ``name``'s cache exists and is current; return the cache directory.
 
     The manifest is ``<returned path>/manifest.json``. ``scale`` (generated datasets only, in (0, 1])
     shrinks nodes, edges and split; ``force`` rebuilds even a current cache. ``progress(stage,
-    fraction)`` is called as work advances. Raises ValueError for an unknown name or bad scale and a
-    one-line FileNotFoundError naming the directory to populate for a missing real dataset.
+    fraction)`` is called as work advances. A cache whose manifest is missing or corrupt is rebuilt,
+    or refused with a one-line ValueError if not ``rebuild_corrupt``. Raises ValueError for an unknown
+    name, a bad scale, a root that is a file or not writable, or invalid data files (naming the file),
+    and a one-line FileNotFoundError naming the directory to populate for a missing real dataset.
     """
     check_name(name)
     scale = resolve_scale(name, scale)
     root = resolve_root(root)
     report = progress or (lambda stage, fraction: None)
     cache_dir = root / dir_name(name, scale) / CACHE_DIRNAME
-    if not force and _current_manifest(cache_dir, _expected_metadata(name, scale)) is not None:
+    state, detail = _cache_state(cache_dir, _expected_metadata(name, scale))
+    if state == "current" and not force:
         return cache_dir
-    root.mkdir(parents=True, exist_ok=True)
-    if name in OGB_SPECS:
-        return _prepare_real(name, root, report)
-    return _prepare_generated(name, root, scale, report)
+    if state == "corrupt" and not force:
+        if not rebuild_corrupt:
+            raise ValueError(f"dataset cache {cache_dir} cannot be trusted: {detail}; rebuild it with "
+                             f"`cherry data prepare {name}` (same --root and --scale)")
+        report(f"rebuilding the cache ({detail})", 0.0)
+    with _writing(root):
+        if name in OGB_SPECS:
+            return _prepare_real(name, root, report)
+        return _prepare_generated(name, ensure_writable_dir(root), scale, report)
 
 
 def load_dataset(name: str, root=None, scale: float | None = None, verify: bool = True) -> Dataset:
-    """Load ``name`` (preparing it first if needed) from the checksum-verified cache.
+    """Load ``name`` (preparing it first if absent or stale) from the checksum-verified cache.
 
     ``verify=False`` skips the sha256 pass (sizes are still checked). Large arrays are memory-mapped.
+    A cache with a missing or corrupt manifest is refused (see the module docstring).
     """
-    cache_dir = prepare_dataset(name, root=root, scale=scale)
+    cache_dir = prepare_dataset(name, root=root, scale=scale, rebuild_corrupt=False)
     arrays, manifest = cache_mod.load_cache(cache_dir, verify=verify)
     t = {k: torch.from_numpy(v) for k, v in arrays.items()}
     graph = Graph(indptr=t["indptr"], indices=t["indices"], num_nodes=int(manifest["num_nodes"]))
     metadata = dict(manifest["metadata"], cache_dir=str(cache_dir), source_edges=manifest["source_edges"])
-    return Dataset(name=name, graph=graph, features=t["features"], labels=t["labels"],
-                   train_idx=t["train_idx"], valid_idx=t["valid_idx"], test_idx=t["test_idx"],
-                   num_classes=int(manifest["num_classes"]), metadata=metadata)
+    try:
+        return Dataset(name=name, graph=graph, features=t["features"], labels=t["labels"],
+                       train_idx=t["train_idx"], valid_idx=t["valid_idx"], test_idx=t["test_idx"],
+                       num_classes=int(manifest["num_classes"]), metadata=metadata)
+    except ValueError as exc:
+        raise ValueError(f"dataset cache {cache_dir}: {exc}") from None
 
 
-def dataset_info(name: str, root=None, scale: float | None = None) -> dict:
-    """JSON-able summary of ``name`` from its manifest (prepared first if needed; sizes verified)."""
-    cache_dir = prepare_dataset(name, root=root, scale=scale)
+def dataset_info(name: str, root=None, scale: float | None = None, verify: bool = True) -> dict:
+    """JSON-able summary of ``name`` from its manifest (prepared first if needed; every file's size,
+    and its sha256 unless ``verify=False``, checked against the manifest)."""
+    cache_dir = prepare_dataset(name, root=root, scale=scale, rebuild_corrupt=False)
     manifest = cache_mod.read_manifest(cache_dir)
-    cache_mod.verify_cache(cache_dir, manifest, checksums=False)
+    cache_mod.verify_cache(cache_dir, manifest, checksums=verify)
     keys = ("name", "num_nodes", "num_edges", "source_edges", "feature_dim", "num_classes",
             "split_sizes", "degree", "metadata")
     info = {k: manifest[k] for k in keys}
     info["cache_dir"] = str(cache_dir)
     info["cache_bytes"] = sum(entry["bytes"] for entry in manifest["files"].values())
     return info
+
+
+def verify_dataset(name: str, root=None, scale: float | None = None) -> dict:
+    """Check ``name``'s cache in full: checksums, then contents (graph, finite features, labels, splits).
+
+    Does not prepare: an absent cache is a FileNotFoundError. Returns what was checked (JSON-able);
+    any fault is a one-line ValueError naming the file or the value.
+    """
+    check_name(name)
+    scale = resolve_scale(name, scale)
+    cache_dir = resolve_root(root) / dir_name(name, scale) / CACHE_DIRNAME
+    state, detail = _cache_state(cache_dir, _expected_metadata(name, scale))
+    if state == "absent":
+        raise FileNotFoundError(f"no dataset cache at {cache_dir}; run `cherry data prepare {name}` first")
+    if state != "current":
+        reason = detail if state == "corrupt" else "it was built from another spec or cache version"
+        raise ValueError(f"dataset cache {cache_dir} cannot be trusted: {reason}; rebuild it with "
+                         f"`cherry data prepare {name}` (same --root and --scale)")
+    ds = load_dataset(name, root=root, scale=scale, verify=True)  # sha256 of every file, Dataset checks
+    checks.check_features(ds.features, ds.graph.num_nodes, where=str(cache_dir / "features.npy"))
+    return {"name": name, "cache_dir": str(cache_dir), "files_verified": len(cache_mod.ARRAY_NAMES),
+            "num_nodes": ds.graph.num_nodes, "num_edges": ds.graph.num_edges,
+            "labels_checked": int(ds.labels.numel()), "features_checked": int(ds.features.numel())}

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from cherry.data import checks
+
 
 def _check_index_tensor(name: str, t: Any) -> None:
     if not isinstance(t, torch.Tensor):
@@ -83,8 +85,10 @@ class Dataset:
     """A node-classification dataset: graph, float32 features, int64 labels and the split.
 
     Invariants: ``features`` is ``[num_nodes, feature_dim]`` float32 (possibly memory-mapped),
-    ``labels`` is ``[num_nodes]`` int64 with values in ``[0, num_classes)`` for labelled nodes,
-    split index tensors are int64 node ids.
+    ``labels`` is ``[num_nodes]`` int64 with values in ``[0, num_classes)`` for labelled nodes and
+    -1 for unlabelled ones, split index tensors are int64 node ids in range, distinct, pairwise
+    disjoint and labelled, with a non-empty train split (checked here by `cherry.data.checks`, O(nodes);
+    finiteness of the features is checked where they are read, not on every construction).
     """
 
     name: str
@@ -107,8 +111,10 @@ class Dataset:
             raise ValueError(f"labels must be int64 [{n}], got {self.labels.dtype} {tuple(self.labels.shape)}")
         for split in ("train_idx", "valid_idx", "test_idx"):
             _check_index_tensor(split, getattr(self, split))
-        if self.num_classes < 1:
-            raise ValueError(f"num_classes must be >= 1, got {self.num_classes}")
+        if isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int) or self.num_classes < 1:
+            raise ValueError(f"num_classes must be an int >= 1, got {self.num_classes!r}")
+        checks.check_labels(self.labels, n, self.num_classes)
+        checks.check_splits({s: getattr(self, f"{s}_idx") for s in checks.SPLITS}, n, self.labels)
 
     @property
     def feature_dim(self) -> int:

@@ -7,6 +7,12 @@ when raw files are missing; both would hang or crash a batch job, so `check_ogb_
 captured (the data layer never prints), and its cached ``processed/`` file is loaded with
 ``weights_only=False`` (it holds numpy arrays; torch >= 2.6 refuses them otherwise).
 
+What OGB's loader lets through is checked here: a file it cannot read (truncated or corrupt gzip,
+unparsable CSV) is named in a one-line ValueError (found by re-reading each input file only after
+the loader failed, so a good dataset pays nothing), and the arrays it returns must pass
+`cherry.data.checks` (one feature row and label per node, the declared edge count, finite features,
+labels in range, disjoint in-range splits), since OGB silently slices a short file.
+
 ``ogb.nodeproppred``'s package ``__init__`` also imports PyG, scikit-learn and (failing on this torch)
 DGL, which costs seconds and leaves half-imported DGL modules behind; `_ogb_dataset_module` therefore
 loads OGB's ``nodeproppred/dataset.py`` source file on its own (the same class, unmodified), unless
@@ -27,6 +33,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from cherry.data import checks
+from cherry.data.checks import SPLITS, UNLABELLED
+from cherry.data.ogb_files import declared_edges, source_files, unreadable_error
 from cherry.data.ogb_csv import format_int_rows, format_sixteenths, write_csv_gz
 from cherry.data.registry import OGB_SPECS, SynthSpec
 from cherry.data.synthetic import SynthArrays
@@ -158,36 +167,83 @@ def _ogb_guard():
             os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = saved_env
 
 
+def _source_files(name: str, directory: Path, meta_dict: dict | None) -> dict[str, Path]:
+    if meta_dict is None:
+        _, split, binary, extra = _REAL_LAYOUT[name]
+    else:
+        split, binary = meta_dict["split"], meta_dict["binary"] == "True"
+        listed = meta_dict["additional node files"]
+        extra = [] if listed == "None" else listed.split(",")
+    return source_files(Path(directory), split, binary, extra)
+
+
+def _as_int64(values, path: Path, what: str) -> np.ndarray:
+    """``values`` as int64, refusing non-integral numbers (a plain cast would truncate 1.5 to 1)."""
+    arr = np.asarray(values).reshape(-1)
+    if arr.dtype.kind == "f" and not bool(np.all(np.isnan(arr) | (arr == np.floor(arr)))):
+        pos = int(np.flatnonzero(~np.isnan(arr) & (arr != np.floor(arr)))[0])
+        raise ValueError(f"{path}: {what} at row {pos} is {arr[pos]}; expected an integer")
+    return arr
+
+
 def read_ogb(name: str, directory: Path, meta_dict: dict | None = None) -> dict:
-    """Read a node-property dataset with OGB's loader; return numpy arrays.
+    """Read a node-property dataset with OGB's loader; return validated numpy arrays.
 
     Returns ``edge_index`` ([2, E] int64, with reverse edges if the dataset's ``add_inverse_edge``),
     ``features`` (float32), ``labels`` (int64, -1 where OGB has NaN: unlabelled), ``train_idx``,
-    ``valid_idx``, ``test_idx`` (int64), ``num_nodes``, ``inverse_added`` (bool).
+    ``valid_idx``, ``test_idx`` (int64), ``num_nodes``, ``num_classes``, ``inverse_added`` (bool).
     For a real name ``directory`` is ``<root>/<ogbn_name>``; for generated data pass ``meta_dict``.
+    A file OGB cannot read, or data breaking `cherry.data.checks`, raises a one-line ValueError naming
+    the file; OGB's ``processed/data_processed`` is then removed again if this call wrote it, so a
+    repaired raw file is read afresh next time.
     """
     NodePropPredDataset = _ogb_dataset_module().NodePropPredDataset
     directory = Path(directory)
     if meta_dict is None:
         check_ogb_files(name, directory)
     (directory / "processed").mkdir(exist_ok=True)  # OGB saves there and fails if it is absent
-    with _ogb_guard():
-        if meta_dict is None:
-            ds = NodePropPredDataset(name, root=str(directory.parent))
-        else:
-            ds = NodePropPredDataset(name, meta_dict=meta_dict)
-        split = ds.get_idx_split()
+    processed = directory / "processed" / "data_processed"
+    wrote_processed = not processed.exists()
+    files = _source_files(name, directory, meta_dict)
+    try:
+        with _ogb_guard():
+            try:
+                if meta_dict is None:
+                    ds = NodePropPredDataset(name, root=str(directory.parent))
+                else:
+                    ds = NodePropPredDataset(name, meta_dict=meta_dict)
+                split = ds.get_idx_split()
+            except FileNotFoundError:
+                raise
+            except Exception as exc:
+                raise unreadable_error(directory, files, exc) from None
+        read = _validated(ds, split, files, declared_edges(files))  # OGB parsed that file already
+    except BaseException:
+        if wrote_processed:
+            processed.unlink(missing_ok=True)
+        raise
+    return read
+
+
+def _validated(ds, split: dict, files: dict, declared_edges: int | None) -> dict:
     graph, labels = ds[0]
-    labels = np.asarray(labels).reshape(-1)
+    n = int(graph["num_nodes"])
+    inverse_added = ds.meta_info["add_inverse_edge"] == "True"
+    labels = _as_int64(labels, files["labels"], "label")
     if labels.dtype.kind == "f":
-        labels = np.where(np.isnan(labels), -1, labels)
-    return {
+        labels = np.where(np.isnan(labels), UNLABELLED, labels)
+    read = {
         "edge_index": np.asarray(graph["edge_index"], dtype=np.int64),
         "features": np.asarray(graph["node_feat"], dtype=np.float32),
         "labels": labels.astype(np.int64),
-        "train_idx": np.asarray(split["train"], dtype=np.int64).reshape(-1),
-        "valid_idx": np.asarray(split["valid"], dtype=np.int64).reshape(-1),
-        "test_idx": np.asarray(split["test"], dtype=np.int64).reshape(-1),
-        "num_nodes": int(graph["num_nodes"]),
-        "inverse_added": ds.meta_info["add_inverse_edge"] == "True",
+        **{f"{s}_idx": _as_int64(split[s], files[s], "node id").astype(np.int64) for s in SPLITS},
+        "num_nodes": n, "num_classes": int(ds.num_classes), "inverse_added": inverse_added,
     }
+    if declared_edges is not None:
+        declared_edges *= 2 if inverse_added else 1
+    checks.check_edges(read["edge_index"], n, declared_edges, where=str(files["edges"]))
+    checks.check_features(read["features"], n, where=str(files["features"]))
+    checks.check_labels(read["labels"], n, read["num_classes"], where=str(files["labels"]))
+    checks.check_splits({s: read[f"{s}_idx"] for s in SPLITS}, n, read["labels"],
+                        where={s: str(files[s]) for s in SPLITS})
+    return read

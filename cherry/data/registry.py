@@ -154,8 +154,34 @@ def default_root() -> Path:
 
 
 def resolve_root(root: str | os.PathLike | None) -> Path:
+    """The datasets root: ``root``, else `default_root`. ValueError (one line, naming the path and
+    where it came from) if it, or the nearest existing folder above it, is not a directory."""
     if root is None:
-        return default_root()
-    if not isinstance(root, (str, os.PathLike)):
+        path = default_root()
+        origin = " (from $CHERRY_DATA)" if os.environ.get("CHERRY_DATA") else ""
+    elif not isinstance(root, (str, os.PathLike)) or isinstance(root, bytes):
         raise TypeError(f"root must be a path, got {type(root).__name__}")
-    return Path(root).expanduser()
+    else:
+        if not str(root):
+            raise ValueError("data root must be a directory path, got an empty string")
+        path, origin = Path(root).expanduser(), ""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        where = "is a file" if existing == path else f"lies under {existing}, which is a file"
+        raise ValueError(f"data root {str(path)!r}{origin} {where}; expected a directory")
+    return path
+
+
+def ensure_writable_dir(path: Path, what: str = "data root") -> Path:
+    """Create ``path`` if needed; ValueError (one line, naming it) if it cannot be created or written."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create {what} {str(path)!r}: {exc.strerror or exc}; "
+                         "expected a directory Cherry can write to") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {str(path)!r} is not writable; expected a directory Cherry can write "
+                         "to (choose another with --root or $CHERRY_DATA)")
+    return path

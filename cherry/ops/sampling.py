@@ -18,6 +18,7 @@ from cherry.ops import reference_sampling as ref
 from cherry.ops.extension import extension_available
 
 _SEED_RANGE = (-(2**63), 2**63 - 1)
+_FANOUT_MAX = 2**63 - 1  # the native op's int64 argument
 
 
 def check_index_vector(name: str, t: Any, device: torch.device | None = None) -> None:
@@ -46,8 +47,8 @@ def check_positions(name: str, t: torch.Tensor, upper: int) -> None:
 def check_fanout(fanout: Any) -> None:
     if isinstance(fanout, bool) or not isinstance(fanout, int):
         raise TypeError(f"fanout must be an int (positive, or -1 for all neighbours), got {fanout!r}")
-    if fanout != -1 and fanout < 1:
-        raise ValueError(f"fanout must be positive or -1 (all neighbours), got {fanout}")
+    if fanout != -1 and not 1 <= fanout <= _FANOUT_MAX:
+        raise ValueError(f"fanout must be positive or -1 (all neighbours), and at most 2**63 - 1, got {fanout}")
 
 
 def _native(t: torch.Tensor) -> bool:

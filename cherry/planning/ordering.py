@@ -24,6 +24,7 @@ from cherry.data import Graph
 
 ORDERINGS = ("metis", "none", "random")
 ORDERING_VERSION = 2  # bump when an ordering changes, so cached ranks are recomputed
+SEED_MAX = 2**63 - 1
 _MAX_PARTS = 1024  # finer parts cost METIS time and no longer lower redundancy
 
 
@@ -33,6 +34,9 @@ def locality_rank(graph: Graph, method: str = "metis", nodes_per_part: int = 256
         raise ValueError(f"ordering must be one of {ORDERINGS}, got {method!r}")
     if nodes_per_part < 1:
         raise ValueError(f"nodes_per_part must be >= 1, got {nodes_per_part}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        # METIS and torch.Generator both take a 64-bit seed; beyond it pymetis fails with a cast error
+        raise ValueError(f"seed must be an int in [0, 2**63 - 1], got {seed!r}")
     n = graph.num_nodes
     if method == "none" or n == 0:
         return torch.arange(n, dtype=torch.int64)

@@ -10,10 +10,10 @@ import torch
 from cherry.data import DATASET_NAMES, dataset_info, load_dataset, prepare_dataset
 from cherry.data import cache as cache_mod
 from cherry.data import datasets as datasets_mod
-from cherry.data.ogb_csv import format_int_rows, format_sixteenths, write_csv_gz
 from cherry.data.ogb_io import read_ogb, synth_meta_dict
 from cherry.data.registry import dir_name, synth_spec
 from cherry.data.synthetic import generate
+from tests.unit.fake_ogb import write_fake_arxiv
 
 
 def _edge_set(graph):
@@ -135,27 +135,8 @@ def test_dataset_info_is_json_and_consistent(synth_tiny, data_root):
     assert info["degree"]["max"] > 10 * info["degree"]["median"]
 
 
-def _write_fake_arxiv(directory):
-    """A 6-node graph in ogbn-arxiv's exact file layout (directed edges, one reciprocated)."""
-    files = {
-        "raw/edge.csv.gz": (np.array([[0, 1], [1, 0], [2, 3], [4, 5], [5, 0]]), format_int_rows),
-        "raw/num-node-list.csv.gz": (np.array([[6]]), format_int_rows),
-        "raw/num-edge-list.csv.gz": (np.array([[5]]), format_int_rows),
-        "raw/node-feat.csv.gz": (np.arange(12, dtype=np.float32).reshape(6, 2) / 16, format_sixteenths),
-        "raw/node-label.csv.gz": (np.array([[0], [39], [3], [3], [1], [0]]), format_int_rows),
-        "raw/node_year.csv.gz": (np.full((6, 1), 2019), format_int_rows),
-        "split/time/train.csv.gz": (np.array([[0], [1], [2]]), format_int_rows),
-        "split/time/valid.csv.gz": (np.array([[3]]), format_int_rows),
-        "split/time/test.csv.gz": (np.array([[4], [5]]), format_int_rows),
-    }
-    for rel, (values, formatter) in files.items():
-        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
-        write_csv_gz(directory / rel, values, formatter)
-    (directory / "RELEASE_v1.txt").write_text("v1\n")
-
-
 def test_real_ogb_layout_is_read_and_symmetrised(tmp_path):
-    _write_fake_arxiv(tmp_path / "ogbn_arxiv")
+    write_fake_arxiv(tmp_path / "ogbn_arxiv")
     ds = load_dataset("ogbn-arxiv", root=tmp_path)
     assert ds.num_classes == 40 and ds.metadata["source"] == "ogb"
     directed = {(0, 1), (1, 0), (2, 3), (4, 5), (5, 0)}

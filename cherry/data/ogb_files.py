@@ -1,0 +1,99 @@
+"""The files behind an OGB dataset directory, and what is wrong with one that OGB's loader refuses.
+
+`source_files` maps each array to the file OGB reads it from (``processed/data_processed`` if OGB
+cached one, else the raw CSV or npz files and the split files). `file_problem` re-reads one file on
+its own (the whole gzip stream, so a truncated or bit-flipped member is found, then the CSV parse),
+so that `unreadable_error` can name the culprit after OGB failed with a bare EOFError or zlib error.
+"""
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from cherry.data.checks import SPLITS
+
+_SCAN_BLOCK_BYTES = 8 << 20
+
+
+def source_files(directory: Path, split: str, binary: bool, extra) -> dict[str, Path]:
+    """Which file OGB's loader takes each array from: keys ``edges``, ``num_nodes``, ``num_edges``,
+    ``features``, ``labels``, `SPLITS` and ``extra`` (a tuple of further node files), for a dataset in
+    ``directory`` with split ``split``, binary (npz) or CSV raw files and additional node files."""
+    processed = directory / "processed" / "data_processed"
+    if processed.exists():
+        graph = {k: processed for k in ("edges", "num_nodes", "num_edges", "features", "labels")}
+    elif binary:
+        graph = {k: directory / "raw" / "data.npz" for k in ("edges", "num_nodes", "num_edges", "features")}
+        graph["labels"] = directory / "raw" / "node-label.npz"
+    else:
+        raw = directory / "raw"
+        graph = {"edges": raw / "edge.csv.gz", "num_nodes": raw / "num-node-list.csv.gz",
+                 "num_edges": raw / "num-edge-list.csv.gz", "features": raw / "node-feat.csv.gz",
+                 "labels": raw / "node-label.csv.gz"}
+    split_dir = directory / "split" / split
+    packed = split_dir / "split_dict.pt"
+    splits = {s: packed if packed.exists() else split_dir / f"{s}.csv.gz" for s in SPLITS}
+    extras = tuple(directory / "raw" / f"{f}.csv.gz" for f in extra) if not (binary or processed.exists()) else ()
+    return {**graph, **splits, "extra": extras}
+
+
+def unreadable_error(directory: Path, files: dict, exc: BaseException) -> ValueError:
+    """A one-line error naming the file OGB's loader failed on (found by reading each file again)."""
+    paths = dict.fromkeys(p for k, v in files.items() for p in (v if k == "extra" else (v,)))
+    for path in paths:
+        problem = file_problem(path)
+        if problem:
+            return ValueError(f"{path} {problem}; replace it with the original file from OGB")
+    reason = str(exc).splitlines()[0] if str(exc) else ""
+    return ValueError(f"OGB's loader could not read {directory}: {type(exc).__name__}: {reason}")
+
+
+def file_problem(path: Path) -> str | None:
+    """What is wrong with one of OGB's input files (gzip integrity, CSV parse, npz/pickle load), or None."""
+    path = Path(path)
+    try:
+        if path.name.endswith(".csv.gz"):
+            with gzip.open(path, "rb") as f:  # the whole stream: every member's CRC and length
+                while f.read(_SCAN_BLOCK_BYTES):
+                    pass
+            import pandas as pd
+
+            frame = pd.read_csv(path, compression="gzip", header=None)
+            for column in frame.columns:
+                numeric = pd.to_numeric(frame[column], errors="coerce")
+                text = numeric.isna() & frame[column].notna()
+                if bool(text.any()):
+                    row = int(text.to_numpy().nonzero()[0][0])
+                    return f"holds {frame[column].iloc[row]!r} at row {row}, column {column}; expected numbers"
+        elif path.suffix == ".npz":
+            with np.load(path) as npz:
+                for key in npz.files:
+                    npz[key]
+        elif path.exists():
+            import torch
+
+            torch.load(path, weights_only=False)
+    except EOFError:
+        return "is truncated (the gzip stream ends before its end-of-stream marker)"
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        return f"is not a valid gzip file ({exc})"
+    except Exception as exc:  # pandas' parser errors, zipfile, pickle: name the file and the reason
+        reason = str(exc).splitlines()[0] if str(exc) else ""
+        return f"cannot be parsed ({type(exc).__name__}: {reason})"
+    return None
+
+
+def declared_edges(files: dict) -> int | None:
+    """The edge count ``raw/num-edge-list.csv.gz`` declares (CSV layout only; OGB drops no short file)."""
+    path = files["num_edges"]
+    if not path.name.endswith(".csv.gz"):
+        return None
+    import pandas as pd
+
+    counts = pd.read_csv(path, compression="gzip", header=None).values.reshape(-1)
+    if counts.size != 1:
+        raise ValueError(f"{path} must hold one edge count (a single graph), got {counts.size} values")
+    return int(counts[0])
