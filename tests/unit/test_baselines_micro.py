@@ -219,9 +219,13 @@ def test_every_system_starts_from_the_same_weights_and_steps(dataset):
 
 
 @pytest.mark.parametrize("name", ["naive", "betty", "buffalo"])
-def test_fixed_k_is_required(dataset, name):
-    with pytest.raises(ValueError, match=f"{name} needs a fixed K"):
-        system_class(name)(dataset, config(k=None), CPU, None, FakeProbe())
+def test_k_is_fixed_or_auto(dataset, name):
+    cls = system_class(name)
+    assert cls.accepts_auto_microbatches
+    assert cls(dataset, config(k=None), CPU, None, FakeProbe()).num_microbatches is None
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="num_microbatches must be an int >= 1"):
+            cls(dataset, config(k=bad), CPU, None, FakeProbe())
 
 
 def test_bad_config_and_seeds_are_rejected(dataset):
