@@ -1,6 +1,6 @@
 """Baselines through the runner (`python -m cherry.bench.run`, one fresh process per run) on synth-tiny:
 stock PyG records ``ok`` where its sampling backend is installed (``make install`` installs it), and
-naive, Betty and Buffalo with ``microbatches: auto`` train at their own K where K=1 runs out of memory."""
+Betty and Buffalo with ``microbatches: auto`` train at their own K where K=1 runs out of memory."""
 from __future__ import annotations
 
 import pytest
@@ -38,7 +38,7 @@ def test_pyg_run_records_ok_with_stock_neighbor_loader(root, tmp_path):
 def test_baselines_choose_their_own_k_under_a_capacity(root, tmp_path):
     _, fixed = _run(tmp_path, "buffalo-k1", **TINY, **CAPACITY, system="buffalo", root=root, microbatches=1)
     assert fixed["status"] == "oom", fixed["reason"]
-    for name in ("naive", "betty", "buffalo"):
+    for name in ("betty", "buffalo"):  # naive's search is the same code (tests/unit/test_baselines_auto_k.py)
         proc, record = _run(tmp_path, f"{name}-auto", **TINY, **CAPACITY, system=name, root=root,
                             microbatches="auto")
         assert proc.returncode == 0, proc.stderr
