@@ -9,13 +9,16 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml workflow/scripts/install_pyg_sampling.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	@# Keep a CUDA torch if one is importable; otherwise the CPU build that lies on disk.
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null \
 	  || $(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet --no-build-isolation -e ".[test,dgl]"
+	@# PyG's NeighborLoader backend: wheels cached outside the repo, built from source on a miss.
+	bash workflow/scripts/install_pyg_sampling.sh $(PY) \
+	  || echo "WARNING: PyG's sampling backend is not installed; pyg runs will be recorded as skipped"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

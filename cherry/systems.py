@@ -64,6 +64,18 @@ _CHERRY_OPTIONS = {
                "description": "fraction of the budget kept free when choosing K"},
 }
 
+# As released by default (see baselines/betty/system.py and baselines/buffalo/system.py).
+_BETTY_OPTIONS = {
+    "weighted_reg": {"type": "boolean", "default": False,
+                     "description": "true (as published): co-neighbour counts as METIS edge weights"},
+    "num_re_partition": {"type": "integer", "minimum": 0, "default": 0,
+                         "description": "memory-aware re-splits of the largest micro-batch (0 as released)"},
+}
+_BUFFALO_OPTIONS = {
+    "chunk_bucket": {"enum": ["fanout", "largest"], "default": "fanout",
+                     "description": "bucket chunked into K pieces: degree = fanout (as released) or the most populous"},
+}
+
 _TABLE: dict[str, SystemEntry] = {}
 
 
@@ -84,8 +96,8 @@ for _entry in (
     SystemEntry("dgl", "baselines.dgl", True, "#2471a3", "D", "DGL"),
     SystemEntry("pyg", "baselines.pyg", True, "#17a2b8", "P", "PyG"),
     SystemEntry("naive", "baselines.naive", False, "#7f8c8d", "v", "naive"),
-    SystemEntry("betty", "baselines.betty", False, "#229954", "^", "Betty"),
-    SystemEntry("buffalo", "baselines.buffalo", False, "#d68910", "<", "Buffalo"),
+    SystemEntry("betty", "baselines.betty", False, "#229954", "^", "Betty", _BETTY_OPTIONS),
+    SystemEntry("buffalo", "baselines.buffalo", False, "#d68910", "<", "Buffalo", _BUFFALO_OPTIONS),
 ):
     register_system(_entry)
 

@@ -3,7 +3,10 @@
 Given the sampled in-degree of every seed in the output block and K:
 1. bucket the seeds by degree, one bucket per degree value (degree 0 included: Buffalo's artifact drops
    zero-in-degree seeds while still dividing by the full seed count, a known defect not reproduced);
-2. the largest bucket (by seed count; usually degree = fanout) is cut into K contiguous chunks;
+2. one bucket is cut into K contiguous chunks: the bucket of degree ``chunk_degree`` (the system passes
+   the output layer's fanout: the released code chunks its last bucket, degree = fanout, even when another
+   bucket holds more seeds, e.g. degree 1 on real ogbn-arxiv at fanout 25; an empty bucket gives empty
+   chunks), or, with ``chunk_degree=None``, the most populous bucket (ties to the higher degree);
 3. the other buckets are packed into K groups by repeated 0/1 knapsack on estimated bytes with capacity
    ``(their total estimate) / K``: each of the first K - 1 packs takes, from the heaviest degree down,
    as many seeds as still fit (the greedy solution of a knapsack whose items share a few weights); the
@@ -17,6 +20,7 @@ and one for its own row (so zero-degree seeds still weigh something). Buffalo's 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -42,8 +46,10 @@ def seed_cost_bytes(degrees: torch.Tensor, bytes_per_degree: int) -> torch.Tenso
     return (degrees + 1) * bytes_per_degree
 
 
-def bucketize(degrees: torch.Tensor, num_microbatches: int, bytes_per_degree: int = 1) -> BucketSchedule:
-    """Buffalo's schedule for seeds with sampled in-degrees ``degrees`` (see module docstring).
+def bucketize(degrees: torch.Tensor, num_microbatches: int, bytes_per_degree: int = 1,
+              chunk_degree: Optional[int] = None) -> BucketSchedule:
+    """Buffalo's schedule for seeds with sampled in-degrees ``degrees`` (see module docstring): the
+    bucket of degree ``chunk_degree`` is chunked, or the most populous one when it is None.
 
     Invariants: the micro-batches partition ``range(len(degrees))``; every chunk holds only degree
     ``big_degree`` and the chunks are consecutive runs of that bucket in seed order with sizes differing
@@ -59,11 +65,17 @@ def bucketize(degrees: torch.Tensor, num_microbatches: int, bytes_per_degree: in
         raise ValueError(f"num_microbatches must be an int >= 1, got {num_microbatches!r}")
     if isinstance(bytes_per_degree, bool) or not isinstance(bytes_per_degree, int) or bytes_per_degree < 1:
         raise ValueError(f"bytes_per_degree must be an int >= 1, got {bytes_per_degree!r}")
+    if chunk_degree is not None and (isinstance(chunk_degree, bool) or not isinstance(chunk_degree, int)
+                                     or chunk_degree < 0):
+        raise ValueError(f"chunk_degree must be None or an int >= 0, got {chunk_degree!r}")
     k = num_microbatches
-    values, counts = torch.unique(degrees, return_counts=True)
-    # Largest bucket; ties go to the higher degree (the fanout bucket in sampled batches).
-    best = max(range(values.numel()), key=lambda i: (int(counts[i]), int(values[i])))
-    big_degree = int(values[best])
+    if chunk_degree is None:
+        values, counts = torch.unique(degrees, return_counts=True)
+        # Most populous bucket; ties go to the higher degree (the fanout bucket in sampled batches).
+        best = max(range(values.numel()), key=lambda i: (int(counts[i]), int(values[i])))
+        big_degree = int(values[best])
+    else:
+        big_degree = chunk_degree
     big = torch.nonzero(degrees == big_degree).flatten()
     chunks = tuple(torch.tensor_split(big, k))
     groups = _pack(degrees, big_degree, k, bytes_per_degree)

@@ -11,16 +11,20 @@ import torch
 
 from baselines.common import AccumulatingSystem, MicrobatchShape
 from cherry.bench.system import StepOutcome
+from cherry.sampling import Blocks
 
 
 class FullBatchSystem(AccumulatingSystem):
     """One micro-batch per logical mini-batch."""
 
     name = "full"
+    never_splits = True
 
-    def _accumulate(self, seeds: torch.Tensor, generator: torch.Generator) -> StepOutcome:
+    def _prepare(self, seeds: torch.Tensor, generator: torch.Generator) -> Blocks:
         with self.probe.phase("sample"):
-            blocks = self.sampler.sample(seeds, generator)
+            return self.sampler.sample(seeds, generator)
+
+    def _run(self, blocks: Blocks, generator: torch.Generator, k: int) -> StepOutcome:
         shapes: list[MicrobatchShape] = self.run_all([blocks], blocks.num_seeds)
         return StepOutcome(loss=self.loss_so_far(), num_microbatches=len(shapes),
                            redundancy=tuple(1.0 for _ in range(blocks.num_layers)))

@@ -5,13 +5,14 @@ sampled independently (its own neighbour draws), its loss weighted ``|B_k| / |B|
 and gradients accumulated before one optimizer step. Not equivalent to the logical batch: the groups
 draw different neighbours than one sampling of the whole batch would, and nodes reached from several
 groups are sampled and computed once per group. Redundancy is reported per layer as the groups' summed
-sources over the distinct nodes among them.
+sources over the distinct nodes among them. "Auto" K (``num_microbatches=None``): the shared search of
+`baselines.common`, the smallest K whose step fits the capacity.
 """
 from __future__ import annotations
 
 import torch
 
-from baselines.common import AccumulatingSystem, fixed_num_microbatches
+from baselines.common import AccumulatingSystem
 from cherry.bench.system import StepOutcome
 
 
@@ -19,16 +20,16 @@ class NaiveSystem(AccumulatingSystem):
     """Random seed groups, each sampled on its own."""
 
     name = "naive"
+    accepts_auto_microbatches = True  # K from the capacity by the shared search (baselines.common)
 
-    def __init__(self, dataset, spec, device, memory, probe) -> None:
-        self.num_microbatches = fixed_num_microbatches(spec, self.name)
-        super().__init__(dataset, spec, device, memory, probe)
+    def _prepare(self, seeds: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return seeds  # each group is sampled on its own, so nothing is shared between attempts
 
-    def _accumulate(self, seeds: torch.Tensor, generator: torch.Generator) -> StepOutcome:
+    def _run(self, seeds: torch.Tensor, generator: torch.Generator, k: int) -> StepOutcome:
         total = int(seeds.numel())
         with self.probe.phase("plan"):
             perm = torch.randperm(total, generator=generator, device=generator.device).to(seeds.device)
-            groups = torch.tensor_split(seeds[perm], min(self.num_microbatches, total))
+            groups = torch.tensor_split(seeds[perm], min(k, total))
         num_nodes = self.dataset.graph.num_nodes
         num_layers = self.spec.num_layers
         reached = [torch.zeros(num_nodes, dtype=torch.bool) for _ in range(num_layers)]

@@ -1,6 +1,7 @@
 """The DGL and PyG baselines: they train and evaluate, compute Cherry's model semantics, and refuse
-what they cannot do. PyG's sampler has no backend here; its training path is exercised with PyG's
-own NeighborLoader whose native sampling kernel is replaced by a pure-Python emulation of pyg-lib's."""
+what they cannot do. PyG's training path runs stock NeighborLoader on the sampling backend `make
+install` provides (torch-sparse); it is also exercised with PyG's own NeighborLoader whose native
+sampling kernel is replaced by a pure-Python emulation of pyg-lib's, which runs everywhere."""
 from __future__ import annotations
 
 import math
@@ -19,6 +20,8 @@ from tests.unit.graphs import random_dataset
 
 DGL_OK, DGL_REASON = dgl_available()
 needs_dgl = pytest.mark.skipif(not DGL_OK, reason=DGL_REASON)
+PYG_SAMPLING_OK, PYG_SAMPLING_REASON = pyg_sampling_available()
+needs_pyg_sampling = pytest.mark.skipif(not PYG_SAMPLING_OK, reason=PYG_SAMPLING_REASON)
 MODELS = [("sage", "mean"), ("sage", "pool"), ("sage", "lstm"), ("gcn", None), ("gat", None)]
 
 
@@ -151,6 +154,38 @@ def test_pyg_trains_two_steps_and_evaluates(dataset, emulated_pyg_sampling, mode
     system, outcomes = run_two_steps(SYSTEM, dataset, config(model, aggr, system="pyg"))
     assert all(o.num_microbatches == 1 and math.isfinite(o.loss) for o in outcomes)
     check_accuracies(system.evaluate())
+
+
+@needs_pyg_sampling
+@pytest.mark.parametrize("model,aggr", MODELS)
+def test_pyg_trains_two_steps_on_its_real_sampling_backend(dataset, model, aggr):
+    from baselines.pyg import SYSTEM
+
+    system, outcomes = run_two_steps(SYSTEM, dataset, config(model, aggr))
+    assert all(o.num_microbatches == 1 and math.isfinite(o.loss) for o in outcomes)
+    check_accuracies(system.evaluate())
+
+
+@needs_pyg_sampling
+@pytest.mark.parametrize("model,aggr", [("sage", "mean"), ("sage", "pool"), ("gat", None)])
+def test_pyg_neighbor_loader_with_all_neighbours_gives_the_full_neighbourhood_logits(dataset, model, aggr):
+    """Stock NeighborLoader at fanout -1 samples each seed's whole 2-hop in-neighbourhood, so PyG's
+    subgraph forward equals the shared full-neighbour layer-wise inference on those seeds."""
+    from baselines.pyg import SYSTEM
+    from cherry.models.inference import layerwise_inference
+
+    system = SYSTEM(dataset, config(model, aggr, dropout=0.0, fanouts=(-1, -1)), torch.device("cpu"), None,
+                    NullProbe())
+    seeds = dataset.train_idx[:32]
+    batch = system._sample(seeds)
+    assert torch.equal(batch.n_id[:32], seeds)
+    system.model.eval()
+    with torch.no_grad():
+        got = system.model.forward_subgraph(dataset.features[batch.n_id], batch.edge_index, 32,
+                                            getattr(batch, "num_sampled_nodes", None),
+                                            getattr(batch, "num_sampled_edges", None))
+        want = layerwise_inference(system.model, dataset.graph, dataset.features, torch.device("cpu"))[seeds]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_pyg_gcn_layer_equals_cherry_gcn(dataset):

@@ -234,9 +234,13 @@ def test_every_system_starts_from_the_same_weights_and_steps(dataset):
 
 
 @pytest.mark.parametrize("name", ["naive", "betty", "buffalo"])
-def test_fixed_k_is_required(dataset, name):
-    with pytest.raises(ValueError, match=f"{name} needs a fixed K"):
-        system_class(name)(dataset, config(name, k=None), CPU, None, FakeProbe())
+def test_k_is_fixed_or_auto(dataset, name):
+    cls = system_class(name)
+    assert cls.accepts_auto_microbatches
+    assert cls(dataset, config(name, k=None), CPU, None, FakeProbe()).num_microbatches is None
+    for bad in (0, True, 2.0):  # the spec rejects them before any system is built
+        with pytest.raises(ValueError, match="num_microbatches"):
+            config(name, k=bad)
 
 
 def test_bad_config_and_seeds_are_rejected(dataset):

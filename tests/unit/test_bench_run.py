@@ -181,8 +181,12 @@ def test_runs_that_cannot_happen_here_are_skipped_with_a_reason(root, tmp_path, 
         assert record["status"] == "skipped" and record["steps_completed"] == 0
         return record
 
-    # a micro-batching baseline cannot choose K (a whole-batch one takes "auto" as K = 1)
-    assert "cannot choose K" in run(system="betty", num_microbatches="auto", device_memory_bytes="1MiB")["reason"]
+    # a micro-batching system that cannot choose K is skipped for "auto" (a whole-batch one takes it as K = 1)
+    from baselines.naive import SYSTEM as naive
+
+    monkeypatch.setattr(naive, "accepts_auto_microbatches", False)
+    assert "cannot choose K" in run(system="naive", num_microbatches="auto", device_memory_bytes="1MiB")["reason"]
+    monkeypatch.undo()
     if not torch.cuda.is_available():
         assert "CUDA is not available" in run(device="cuda")["reason"]
 

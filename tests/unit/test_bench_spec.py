@@ -45,7 +45,8 @@ def test_defaults_come_from_the_schema_and_round_trip():
     assert fixed.num_microbatches == 1 and spec_from_dict(fixed.to_dict()) == fixed
     with pytest.raises(TypeError):
         spec.options["ordering"] = "none"  # read-only
-    assert dict(_spec(system="betty", num_microbatches=2).options) == {}  # betty declares no options
+    assert dict(_spec(system="naive", num_microbatches=2).options) == {}  # naive declares no options
+    assert dict(_spec(system="betty", num_microbatches=2).options) == {"weighted_reg": False, "num_re_partition": 0}
 
 
 def test_sizes_accept_strings_and_auto_means_none():
