@@ -70,7 +70,7 @@ def lstm_aggregate_bucketed(lstm: nn.LSTM, indptr: torch.Tensor, indices: torch.
 class SAGEConv(nn.Module):
     """One GraphSAGE layer: ``[block.num_src, in_dim] -> [block.num_dst, out_dim]``."""
 
-    def __init__(self, in_dim: int, out_dim: int, aggr: str = "mean", lstm_impl: str = "packed") -> None:
+    def __init__(self, in_dim: int, out_dim: int, aggr: str = "mean", lstm_impl: str = "auto") -> None:
         super().__init__()
         if aggr not in SAGE_AGGREGATORS:
             raise ValueError(f"aggr must be one of {SAGE_AGGREGATORS}, got {aggr!r}")
@@ -108,7 +108,7 @@ class SAGEConv(nn.Module):
         elif self.aggr == "pool":
             pooled = torch.relu(self.fc_pool(h))
             neigh = self.fc_neigh(aggregate_block(block, pooled, "max"))
-        elif self.lstm_impl == "packed":
+        elif self.lstm_impl == "packed" or (self.lstm_impl == "auto" and h.device.type != "cpu"):
             neigh = self.fc_neigh(lstm_aggregate(self.lstm, block, h))
         else:
             neigh = self.fc_neigh(lstm_aggregate_bucketed(self.lstm, block.indptr, block.indices, h))

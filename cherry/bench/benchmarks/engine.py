@@ -33,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lstm-impl", default="auto",
+                   help="comma-separated LSTM aggregator implementations to compare (auto, packed, bucketed)")
     p.add_argument("--json", default=None, metavar="OUT")
     p.set_defaults(func=run)
 
@@ -126,20 +128,23 @@ def run(args: argparse.Namespace) -> int:
     header = (f"{'aggr':<6} {'K':>3} {'step_s':>8} {'vs K=1':>7} {'plan wait':>9} {'plan work':>9} "
               f"{'redund.':>8} {'random':>8} {'est.err':>8}")
     print(header)
-    for aggr in aggrs:
+    impls = _parse_list(args.lstm_impl, "lstm-impl", str)
+    variants = [(a, i) for a in aggrs for i in (impls if a == "lstm" else ["auto"])]
+    for aggr, impl in variants:
         spec = ModelSpec("sage", dataset.feature_dim, args.hidden, dataset.num_classes, len(args.fanouts),
-                         aggr=aggr)
+                         aggr=aggr, lstm_impl=impl)
+        name = aggr if aggr != "lstm" or len(impls) == 1 else f"{aggr}-{impl[0]}"
         base = None
         for k in [1] + ks:
             m = measure_k(dataset, spec, batches, k, rank, args.device, args.warmup)
             base = base or m["step_s"]
             ours = split_redundancy(batches[0], spec, k, rank)
             rnd = split_redundancy(batches[0], spec, k, random_rank, balance="count")
-            row = {"aggr": aggr, "k": k, **m, "ratio_to_k1": m["step_s"] / base,
+            row = {"aggr": aggr, "lstm_impl": impl if aggr == "lstm" else None, "k": k, **m, "ratio_to_k1": m["step_s"] / base,
                    "redundancy_input": ours, "random_redundancy_input": rnd}
             rows.append(row)
             err = m["estimator_median_rel_error"]
-            print(f"{aggr:<6} {k:>3} {m['step_s']:>8.3f} {row['ratio_to_k1']:>7.2f} {m['plan_share']:>9.1%} "
+            print(f"{name:<6} {k:>3} {m['step_s']:>8.3f} {row['ratio_to_k1']:>7.2f} {m['plan_share']:>9.1%} "
                   f"{m['plan_work_share']:>9.1%} "
                   f"{ours:>8.2f} {rnd:>8.2f} {('%.1f%%' % (100 * err)) if err is not None else 'n/a':>8}",
                   flush=True)
