@@ -115,7 +115,7 @@ def test_forced_underestimate_is_recovered_exactly(data):
     ref, _ = _gradients(ds, blocks, "sage", "lstm", 1)
     spec = ModelSpec("sage", ds.feature_dim, 8, ds.num_classes, 2, aggr="lstm", heads=2)
     true_peak = MemoryModel.for_model(spec).estimate_bytes(BatchShape.of(blocks))
-    capacity = true_peak // 2  # the packed LSTM holds more per edge than the bucketed one did (// 3)
+    capacity = true_peak // 3
     with DeviceMemory("cpu", capacity) as memory:
         got, stats = _gradients(ds, blocks, "sage", "lstm", None, memory=memory, budget=capacity,
                                 mm_scale=0.05)
