@@ -51,6 +51,7 @@ class RunSpec:
     root: Optional[str]
     model: str
     aggr: Optional[str]
+    lstm_impl: str
     num_layers: int
     hidden: int
     heads: int
@@ -93,7 +94,7 @@ class RunSpec:
         from cherry.models import ModelSpec
 
         return ModelSpec(self.model, dataset.feature_dim, self.hidden, dataset.num_classes, self.num_layers,
-                         aggr=self.aggr, heads=self.heads, dropout=self.dropout)
+                         aggr=self.aggr, heads=self.heads, dropout=self.dropout, lstm_impl=self.lstm_impl)
 
     @property
     def ordering(self) -> str:

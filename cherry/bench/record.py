@@ -157,7 +157,7 @@ def provenance(device: str = "cpu") -> dict[str, Any]:
 
 def identity(spec: RunSpec, budget_bytes: Optional[int]) -> dict[str, Any]:
     return {
-        "system": spec.system, "dataset": spec.dataset, "model": spec.model, "aggr": spec.aggr,
+        "system": spec.system, "dataset": spec.dataset, "model": spec.model, "aggr": spec.aggr, "lstm_impl": spec.lstm_impl,
         "num_layers": spec.num_layers, "hidden": spec.hidden, "heads": spec.heads, "dropout": spec.dropout,
         "fanouts": ",".join(str(f) for f in spec.fanouts), "batch_size": spec.batch_size, "lr": spec.lr,
         "num_microbatches_requested": str(spec.to_dict()["num_microbatches"]), "budget_bytes": budget_bytes,

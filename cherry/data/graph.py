@@ -31,8 +31,11 @@ class Graph:
     indptr: torch.Tensor
     indices: torch.Tensor
     num_nodes: int
+    trusted: bool = field(default=False, repr=False, compare=False)  # a copy of a validated graph
 
     def __post_init__(self) -> None:
+        if self.trusted:
+            return
         if not isinstance(self.num_nodes, int) or self.num_nodes < 0:
             raise ValueError(f"num_nodes must be a non-negative int, got {self.num_nodes!r}")
         _check_index_tensor("indptr", self.indptr)
@@ -59,6 +62,26 @@ class Graph:
     @property
     def num_edges(self) -> int:
         return int(self.indices.numel())
+
+    @property
+    def device(self) -> torch.device:
+        return self.indptr.device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the CSC arrays (what holding the graph on a device costs)."""
+        return (self.indptr.numel() + self.indices.numel()) * self.indptr.element_size()
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Graph":
+        """The same graph on ``device`` (not validated again: it is a copy of a valid graph)."""
+        return Graph(self.indptr.to(device, non_blocking=non_blocking),
+                     self.indices.to(device, non_blocking=non_blocking), self.num_nodes, trusted=True)
+
+    def pin_memory(self) -> "Graph":
+        """The same graph in pinned (page-locked) host memory, for asynchronous copies to a GPU."""
+        if self.indptr.device.type != "cpu":
+            raise ValueError(f"pin_memory needs a host graph, this one is on {self.indptr.device}")
+        return Graph(self.indptr.pin_memory(), self.indices.pin_memory(), self.num_nodes, trusted=True)
 
     def in_degrees(self) -> torch.Tensor:
         """In-degree of every node (int64, length ``num_nodes``)."""
@@ -119,3 +142,14 @@ class Dataset:
     @property
     def feature_dim(self) -> int:
         return int(self.features.shape[1])
+
+    def to(self, device: torch.device | str, features: bool = True) -> "Dataset":
+        """This dataset with its graph, labels and split on ``device`` (and the features when
+        ``features``; left on the host, they are gathered per batch into pinned buffers)."""
+        import dataclasses
+
+        move = lambda t: t.to(device)  # noqa: E731
+        return dataclasses.replace(
+            self, graph=self.graph.to(device), features=move(self.features) if features else self.features,
+            labels=move(self.labels), train_idx=move(self.train_idx), valid_idx=move(self.valid_idx),
+            test_idx=move(self.test_idx))

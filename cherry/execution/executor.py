@@ -6,6 +6,13 @@ of the whole mini-batch), gradients by ``torch.autograd.grad`` added into accumu
 last one a single optimizer step. Micro-batch ``k + 1`` is prepared (feature rows indexed, moved to
 the device on a side stream) by a background thread while ``k`` computes.
 
+No host sync inside a micro-batch: blocks are valid by construction, so the model's ops check
+nothing on the device; every micro-batch's index buffers go to the device in one pinned copy per
+step; side-stream tensors are handed to the compute stream with an event wait and ``record_stream``
+(no host wait); loss and correct counts accumulate on the device and are read once per step;
+gradients are added with one ``_foreach_add_``; the memory statistics are read once per
+micro-batch window (host-side allocator counters on a GPU).
+
 Exactly-once gradients: a micro-batch's gradients are added to the accumulators only after its
 backward has completed, so an out-of-memory anywhere inside it leaves the accumulators as they were.
 Recovery then re-plans the seeds not yet done with a recalibrated (larger) estimate, hence a larger K,
@@ -23,6 +30,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from cherry.execution.transfer import PinnedRows, blocks_to_device
 from cherry.probe import DeviceMemoryLike, NullProbe, Probe
 from cherry.planning import BatchShape, MemoryModel, MicrobatchPlan, plan_microbatches
 from cherry.sampling import Blocks
@@ -106,6 +114,18 @@ class _Prepared:
     blocks: Blocks
     x: torch.Tensor
     y: torch.Tensor
+    ready: Optional["torch.cuda.Event"] = None  # end of its preparation on the side stream
+
+
+def _tensors_of(prepared: _Prepared) -> list[torch.Tensor]:
+    out = [prepared.x, prepared.y]
+    for blk in prepared.blocks.layers:
+        out += [blk.src_nodes, blk.indptr, blk.indices]
+        if blk.layout is not None:
+            out += [blk.layout.order, blk.layout.step_sizes, blk.layout.step_offsets]
+    if prepared.blocks.input_positions is not None:
+        out.append(prepared.blocks.input_positions)
+    return out
 
 
 class MicrobatchExecutor:
@@ -128,6 +148,8 @@ class MicrobatchExecutor:
         self._base_fixed_bytes = memory_model.fixed_bytes
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cherry-prepare")
         self._side_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._pinned = PinnedRows(slots=2)  # per-micro-batch rows (prepared one ahead)
+        self._pinned_stage = PinnedRows(slots=1)  # the whole batch's rows, once per step
 
     # -- planning -------------------------------------------------------------------------------
     def _stage_decision(self, blocks: Blocks, feature_dim: int, itemsize: int) -> bool:
@@ -162,24 +184,35 @@ class MicrobatchExecutor:
                                               memory_model=snapshot), stage)
 
     # -- preparation (runs on the background thread when pipelining) -----------------------------
-    def _prepare(self, mb: Blocks, group: torch.Tensor, staged: Optional[torch.Tensor],
+    def _prepare(self, mb: Blocks, on_device: Blocks, group: torch.Tensor, staged: Optional[torch.Tensor],
                  features: torch.Tensor, labels_of_seeds: torch.Tensor) -> _Prepared:
+        """Inputs of one micro-batch on the device (``mb`` on the host, ``on_device`` its copy made by
+        `_to_device`). On a GPU the gathers and copies are queued on the side stream and an event marks
+        their end; nothing here waits for the device."""
         stream = self._side_stream
         ctx = torch.cuda.stream(stream) if stream is not None else nullcontext()
         with ctx:
             non_blocking = stream is not None
-            blocks = mb.to(self.device, non_blocking=non_blocking)
+            blocks = on_device
             if staged is not None:
-                positions = mb.input_positions if mb.input_positions is not None else None
-                x = staged if positions is None else staged.index_select(0, positions.to(self.device))
+                positions = blocks.input_positions
+                x = staged if positions is None else staged.index_select(0, positions)
             else:
-                rows = features.index_select(0, mb.input_nodes)
-                x = rows.pin_memory().to(self.device, non_blocking=True) if non_blocking else rows.to(self.device)
+                x = self._pinned.gather(features, mb.input_nodes.to(features.device), self.device)
             y = labels_of_seeds.index_select(0, group).to(self.device, non_blocking=non_blocking)
-        if stream is not None:
-            event = stream.record_event()
-            event.synchronize()
-        return _Prepared(blocks, x, y)
+            ready = stream.record_event() if stream is not None else None
+        return _Prepared(blocks, x, y, ready)
+
+    def _use(self, prepared: _Prepared) -> None:
+        """Order the compute stream after the side stream's preparation of ``prepared`` (no host
+        wait), and tell the allocator its tensors are used there, so their memory is not handed to
+        the side stream again before the compute that reads them has run."""
+        if prepared.ready is None:
+            return
+        main = torch.cuda.current_stream(self.device)
+        main.wait_event(prepared.ready)
+        for t in _tensors_of(prepared):
+            t.record_stream(main)
 
     # -- the step ---------------------------------------------------------------------------------
     def step(self, blocks: Blocks | PlannedBatch, features: torch.Tensor, labels: torch.Tensor) -> StepStats:
@@ -211,9 +244,10 @@ class MicrobatchExecutor:
             staged = None
             staged_bytes = 0
             if stage:
-                rows = features.index_select(0, blocks.input_nodes)
-                staged = rows.to(self.device)
+                staged = self._pinned_stage.gather(features, blocks.input_nodes.to(features.device), self.device)
                 staged_bytes = staged.numel() * staged.element_size()
+                if self._side_stream is not None:  # the side stream reads it: after its copy
+                    self._side_stream.wait_stream(torch.cuda.current_stream(self.device))
             self.memory_model.fixed_bytes = self._base_fixed_bytes + staged_bytes
         if planned is not None:
             plan = planned.plan
@@ -221,9 +255,12 @@ class MicrobatchExecutor:
             with self.probe.phase("plan"):
                 plan = self.plan(blocks, num_microbatches=self.options.num_microbatches)
         groups, parts = list(plan.seed_groups), list(plan.microbatches)
-        estimates = list(plan.estimated_bytes)
-        total_loss = torch.zeros((), dtype=torch.float64)
-        num_correct = 0
+        device_parts = self._to_device(parts)
+        estimates, redundancy = list(plan.estimated_bytes), plan.redundancy
+        del plan, planned  # the lists own the parts: a re-plan after an out-of-memory can free them
+        # Loss and correct counts stay on the device and are read once, after the last micro-batch.
+        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        num_correct = torch.zeros((), dtype=torch.int64, device=self.device)
         recoveries = 0
         measured_peak: Optional[int] = None
         for acc in self._accumulators:
@@ -239,14 +276,16 @@ class MicrobatchExecutor:
                     self.memory.reset_peak()
                 with self.probe.phase("gather"):
                     if future is None:
-                        prepared = self._prepare(parts[k], groups[k], staged, features, labels_of_seeds)
+                        prepared = self._prepare(parts[k], device_parts[k], groups[k], staged, features,
+                                                 labels_of_seeds)
                     else:
                         prepared = future.result()
+                    self._use(prepared)
                     self._account(prepared)
                 future = None
                 if self.options.pipeline and k + 1 < len(parts):
-                    future = self._pool.submit(self._prepare, parts[k + 1], groups[k + 1], staged, features,
-                                               labels_of_seeds)
+                    future = self._pool.submit(self._prepare, parts[k + 1], device_parts[k + 1], groups[k + 1],
+                                               staged, features, labels_of_seeds)
                 with self.probe.phase("forward_backward"):
                     logits = self.model(prepared.blocks, prepared.x)
                     loss = F.cross_entropy(logits, prepared.y, reduction="sum") / num_seeds
@@ -270,32 +309,44 @@ class MicrobatchExecutor:
                 capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
                 self.memory_model.observe_oom(shape, capacity)
                 remaining = torch.cat(groups[k:])
+                del parts[k:], device_parts[k:]  # free the failed plan's blocks before slicing anew
+                self._free()
                 with self.probe.phase("plan"):
                     replan = self.plan(blocks, positions=remaining)
                     if replan.num_microbatches <= len(parts) - k:  # recalibration must make it finer
                         replan = self.plan(blocks, positions=remaining,
                                            num_microbatches=min(remaining.numel(), 2 * (len(parts) - k)))
                 groups[k:], parts[k:] = list(replan.seed_groups), list(replan.microbatches)
+                device_parts[k:] = self._to_device(parts[k:])
                 estimates[k:] = list(replan.estimated_bytes)
                 continue
             with torch.no_grad():
-                for acc, g in zip(self._accumulators, grads):
-                    if g is not None:
-                        acc.add_(g)
-                total_loss += loss.detach().to(torch.float64).cpu()
-                num_correct += int((logits.argmax(1) == prepared.y).sum())
+                pairs = [(acc, g) for acc, g in zip(self._accumulators, grads) if g is not None]
+                if pairs:  # one fused launch for all parameters
+                    torch._foreach_add_([a for a, _ in pairs], [g for _, g in pairs])
+                total_loss += loss.detach().to(torch.float64)
+                num_correct += (logits.argmax(1) == prepared.y).sum()
             del logits, loss, grads
-            if self.memory is not None:
+            if self.memory is not None:  # the window's one reading (host-side allocator statistics)
                 peak = int(self.memory.peak_bytes())
                 measured_peak = peak if measured_peak is None else max(measured_peak, peak)
                 self.memory_model.observe(shape, peak)
             k += 1
+        loss_value, correct_value = torch.stack([total_loss, num_correct.to(torch.float64)]).tolist()  # the one read
         return StepStats(
-            loss=float(total_loss), num_correct=num_correct, num_seeds=num_seeds,
+            loss=loss_value, num_correct=int(correct_value), num_seeds=num_seeds,
             num_microbatches=len(parts), num_oom_recoveries=recoveries, staged_features=stage,
             estimated_peak_bytes=max(estimates), measured_peak_bytes=measured_peak,
-            redundancy=plan.redundancy,
+            redundancy=redundancy,
         )
+
+    def _to_device(self, parts: list[Blocks]) -> list[Blocks]:
+        """All micro-batches' index buffers to the device in one pinned copy (on the side stream,
+        ahead of the preparations that read them); on the CPU the blocks themselves."""
+        if self._side_stream is None:
+            return [p.to(self.device) for p in parts]
+        with torch.cuda.stream(self._side_stream):
+            return blocks_to_device(parts, self.device)
 
     def _account(self, prepared: _Prepared) -> None:
         """Count a micro-batch's device tensors: those made on the preparation (or sampling) thread

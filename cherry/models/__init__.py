@@ -9,7 +9,7 @@ from cherry.models.build import build_model
 from cherry.models.gat import GATConv
 from cherry.models.gcn import GCNConv
 from cherry.models.mlp import MLP
-from cherry.models.sage import SAGEConv, lstm_aggregate
+from cherry.models.sage import SAGEConv, lstm_aggregate, lstm_aggregate_bucketed
 from cherry.models.spec import MODELS, SAGE_AGGREGATORS, LayerDims, ModelSpec
 
 __all__ = [
@@ -25,4 +25,5 @@ __all__ = [
     "build_model",
     "count_parameters",
     "lstm_aggregate",
+    "lstm_aggregate_bucketed",
 ]

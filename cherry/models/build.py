@@ -23,7 +23,7 @@ def build_model(spec: ModelSpec) -> nn.Module:
     layers: list[nn.Module] = []
     for dims in spec.layer_dims():
         if spec.model == "sage":
-            layers.append(SAGEConv(dims.in_dim, dims.out_dim, spec.aggr))
+            layers.append(SAGEConv(dims.in_dim, dims.out_dim, spec.aggr, spec.lstm_impl))
         elif spec.model == "gcn":
             layers.append(GCNConv(dims.in_dim, dims.out_dim))
         else:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cherry.ops import csr_aggregate, edge_softmax
+from cherry.ops import edge_softmax_block, segment_reduce
 from cherry.sampling.blocks import Block
 
 
@@ -46,16 +46,16 @@ class GATConv(nn.Module):
         score_src = (z * self.attn_l).sum(-1)  # [S, H]
         score_dst = (z[:num_dst] * self.attn_r).sum(-1)  # [D, H]: destinations are the first sources
         deg = block.in_degrees()
-        edge_dst = torch.repeat_interleave(torch.arange(num_dst, device=deg.device), deg)
+        # output_size (the edge count, host metadata) spares the device read-back of sum(deg)
+        edge_dst = torch.repeat_interleave(torch.arange(num_dst, device=deg.device), deg,
+                                           output_size=block.indices.numel())
         logits = F.leaky_relu(
             score_src.index_select(0, block.indices) + score_dst.index_select(0, edge_dst), self.negative_slope
         )
-        alpha = edge_softmax(block.indptr, logits)  # [E, H]
+        alpha = edge_softmax_block(block, logits)  # [E, H]
         messages = z.index_select(0, block.indices) * alpha.unsqueeze(-1)  # [E, H, F]
-        num_edges = messages.shape[0]
-        # Messages are already in CSC edge order, so the segment sum reads them through an identity index.
-        edge_ids = torch.arange(num_edges, device=messages.device)
-        out = csr_aggregate(block.indptr, edge_ids, messages.reshape(num_edges, heads * out_dim), "sum")
+        # Messages are already in CSC edge order: a segment sum over each destination's edges.
+        out = segment_reduce(block, messages.reshape(messages.shape[0], heads * out_dim), "sum")
         out = out.view(num_dst, heads, out_dim) + self.bias
         return out.flatten(1) if self.concat else out.mean(1)
 

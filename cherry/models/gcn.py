@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cherry.ops import csr_aggregate
+from cherry.ops import aggregate_block
 from cherry.sampling.blocks import Block
 
 
@@ -41,7 +41,7 @@ class GCNConv(nn.Module):
         # both orders give the same result.
         lin_first = self.in_dim > self.out_dim
         z = self.fc(h) if lin_first else h
-        total = csr_aggregate(block.indptr, block.indices, z, "sum") + z[: block.num_dst]
+        total = aggregate_block(block, z, "sum") + z[: block.num_dst]
         norm = (block.in_degrees() + 1).to(z.dtype).unsqueeze(1)
         out = total / norm
         if not lin_first:

@@ -5,7 +5,8 @@
   the rows (``in_dim > out_dim``) ``W_neigh`` is applied before aggregating, as DGL does: linear maps
   commute with the mean, and edges then carry ``out_dim`` instead of ``in_dim`` values;
 - ``pool``: the element-wise max over neighbours of ``ReLU(W_pool h_u + b_pool)``;
-- ``lstm``: the final hidden state of an LSTM run over the neighbours in their sampled order.
+- ``lstm``: the final hidden state of an LSTM run over the neighbours in their sampled order (packed:
+  one LSTM call per layer; or bucketed by degree, see `lstm_aggregate_bucketed`).
 Destinations without in-edges aggregate to zeros, so their output is ``W_self h_dst + b``.
 Every term depends only on the destination's own row and its own in-edges in order: exact under slicing.
 """
@@ -14,17 +15,38 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cherry.models.spec import SAGE_AGGREGATORS
-from cherry.ops import csr_aggregate
+from torch.nn.utils.rnn import PackedSequence
+
+from cherry.models.spec import LSTM_IMPLS, SAGE_AGGREGATORS
+from cherry.ops import aggregate_block
 from cherry.sampling.blocks import Block
+from cherry.sampling.layout import DegreeLayout
 
 
-def lstm_aggregate(lstm: nn.LSTM, indptr: torch.Tensor, indices: torch.Tensor, h_src: torch.Tensor) -> torch.Tensor:
-    """Final LSTM hidden state over each destination's neighbour rows, in CSC order.
+def lstm_aggregate(lstm: nn.LSTM, block: Block, h_src: torch.Tensor) -> torch.Tensor:
+    """Final LSTM hidden state over each destination's neighbour rows (CSC order), in one call.
 
-    Destinations are batched by in-degree: all destinations with degree ``d`` form one
-    ``[n_d, d, in_dim]`` sequence batch, so the LSTM runs once per distinct degree (at most the fanout).
-    Zero-degree destinations get zeros. Returns ``[num_dst, lstm.hidden_size]``.
+    The non-empty neighbour lists are packed (`PackedSequence`, time-major) with the destinations in
+    descending in-degree order from ``block.layout`` (computed on the host when the block was made), so
+    the LSTM runs ``max degree`` time steps once for all destinations and nothing is read back from
+    the device. Zero-degree destinations get zeros. Returns ``[num_dst, lstm.hidden_size]``.
+    """
+    layout = block.layout if block.layout is not None else DegreeLayout.of(block.indptr)
+    out = h_src.new_zeros((block.num_dst, lstm.hidden_size))
+    if layout.num_sequences == 0:
+        return out
+    edges = block.indices.index_select(0, layout.packed_edge_positions(block.indptr))
+    packed = PackedSequence(h_src.index_select(0, edges), layout.batch_sizes)
+    _, (h_n, _) = lstm(packed)
+    return out.index_copy(0, layout.order, h_n[-1])
+
+
+def lstm_aggregate_bucketed(lstm: nn.LSTM, indptr: torch.Tensor, indices: torch.Tensor, h_src: torch.Tensor) -> torch.Tensor:
+    """`lstm_aggregate` as one LSTM call per distinct in-degree (the earlier implementation).
+
+    Destinations with degree ``d`` form one ``[n_d, d, in_dim]`` sequence batch. Reads the distinct
+    degrees and each bucket's members back from the device (host syncs); kept to compare with the
+    packed version (same function, same gradients).
     """
     num_dst = indptr.numel() - 1
     deg = indptr[1:] - indptr[:-1]
@@ -48,11 +70,13 @@ def lstm_aggregate(lstm: nn.LSTM, indptr: torch.Tensor, indices: torch.Tensor, h
 class SAGEConv(nn.Module):
     """One GraphSAGE layer: ``[block.num_src, in_dim] -> [block.num_dst, out_dim]``."""
 
-    def __init__(self, in_dim: int, out_dim: int, aggr: str = "mean") -> None:
+    def __init__(self, in_dim: int, out_dim: int, aggr: str = "mean", lstm_impl: str = "auto") -> None:
         super().__init__()
         if aggr not in SAGE_AGGREGATORS:
             raise ValueError(f"aggr must be one of {SAGE_AGGREGATORS}, got {aggr!r}")
-        self.in_dim, self.out_dim, self.aggr = in_dim, out_dim, aggr
+        if lstm_impl not in LSTM_IMPLS:
+            raise ValueError(f"lstm_impl must be one of {LSTM_IMPLS}, got {lstm_impl!r}")
+        self.in_dim, self.out_dim, self.aggr, self.lstm_impl = in_dim, out_dim, aggr, lstm_impl
         self.fc_self = nn.Linear(in_dim, out_dim, bias=False)
         # No bias on W_neigh: a zero aggregate must stay zero when W_neigh runs before aggregation.
         self.fc_neigh = nn.Linear(in_dim, out_dim, bias=False)
@@ -78,15 +102,18 @@ class SAGEConv(nn.Module):
         h_dst = h[: block.num_dst]
         if self.aggr == "mean":
             if self.in_dim > self.out_dim:
-                neigh = csr_aggregate(block.indptr, block.indices, self.fc_neigh(h), "mean")
+                neigh = aggregate_block(block, self.fc_neigh(h), "mean")
             else:
-                neigh = self.fc_neigh(csr_aggregate(block.indptr, block.indices, h, "mean"))
+                neigh = self.fc_neigh(aggregate_block(block, h, "mean"))
         elif self.aggr == "pool":
             pooled = torch.relu(self.fc_pool(h))
-            neigh = self.fc_neigh(csr_aggregate(block.indptr, block.indices, pooled, "max"))
+            neigh = self.fc_neigh(aggregate_block(block, pooled, "max"))
+        elif self.lstm_impl == "packed" or (self.lstm_impl == "auto" and h.device.type != "cpu"):
+            neigh = self.fc_neigh(lstm_aggregate(self.lstm, block, h))
         else:
-            neigh = self.fc_neigh(lstm_aggregate(self.lstm, block.indptr, block.indices, h))
+            neigh = self.fc_neigh(lstm_aggregate_bucketed(self.lstm, block.indptr, block.indices, h))
         return self.fc_self(h_dst) + neigh + self.bias
 
     def extra_repr(self) -> str:
-        return f"{self.in_dim}, {self.out_dim}, aggr={self.aggr!r}"
+        impl = f", lstm_impl={self.lstm_impl!r}" if self.aggr == "lstm" else ""
+        return f"{self.in_dim}, {self.out_dim}, aggr={self.aggr!r}{impl}"

@@ -16,6 +16,7 @@ from typing import Optional
 
 MODELS = ("sage", "gcn", "gat", "mlp")
 SAGE_AGGREGATORS = ("mean", "pool", "lstm")
+LSTM_IMPLS = ("auto", "packed", "bucketed")
 
 
 def _check_positive_int(name: str, value: object) -> None:
@@ -43,6 +44,7 @@ class LayerDims:
     heads: int
     head_dim: int
     is_last: bool
+    lstm_impl: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,12 @@ class ModelSpec:
       with one layer ``hidden`` is unused). A graph model needs ``Blocks`` with ``num_layers`` layers.
     - ``heads``: attention heads (GAT only; ignored by other models).
     - ``dropout``: probability in ``[0, 1)``, applied after the ReLU between layers, never after the last.
+    - ``lstm_impl``: how the SAGE-LSTM aggregator runs (ignored by other models): ``"packed"`` (one
+      packed-sequence LSTM call per layer, destinations sorted by degree, no host sync),
+      ``"bucketed"`` (one call per distinct in-degree; reads degrees back) or ``"auto"`` (the
+      default: packed on a GPU, where cuDNN runs a variable-length pack in one call; bucketed on the
+      CPU, where torch's packed LSTM does not use oneDNN and ran 3.4x slower than the bucketed one,
+      see the README's engine figures). All compute the same function and gradients.
     """
 
     model: str
@@ -66,8 +74,11 @@ class ModelSpec:
     aggr: Optional[str] = None
     heads: int = 4
     dropout: float = 0.0
+    lstm_impl: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.lstm_impl not in LSTM_IMPLS:
+            raise ValueError(f"lstm_impl must be one of {LSTM_IMPLS}, got {self.lstm_impl!r}")
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
         if self.model == "sage":
@@ -110,6 +121,7 @@ class ModelSpec:
                     heads=heads,
                     head_dim=head_dim,
                     is_last=is_last,
+                    lstm_impl=self.lstm_impl if self.aggr == "lstm" else None,
                 )
             )
             in_dim = out_dim

@@ -18,7 +18,8 @@ def csr_aggregate(indptr: torch.Tensor, indices: torch.Tensor, x_src: torch.Tens
     """
     num_dst = indptr.numel() - 1
     deg = indptr[1:] - indptr[:-1]
-    dst = torch.repeat_interleave(torch.arange(num_dst, device=indptr.device), deg)
+    # output_size: the number of edges is known on the host, so no device read-back is needed
+    dst = torch.repeat_interleave(torch.arange(num_dst, device=indptr.device), deg, output_size=indices.numel())
     msgs = x_src.index_select(0, indices)
     out_shape = (num_dst,) + tuple(x_src.shape[1:])
     if reduce == "sum":
@@ -38,7 +39,7 @@ def edge_softmax(indptr: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """Softmax of edge ``scores`` ([E] or [E, H]) within each destination's CSC segment."""
     num_dst = indptr.numel() - 1
     deg = indptr[1:] - indptr[:-1]
-    dst = torch.repeat_interleave(torch.arange(num_dst, device=indptr.device), deg)
+    dst = torch.repeat_interleave(torch.arange(num_dst, device=indptr.device), deg, output_size=scores.shape[0])
     shape = (num_dst,) + tuple(scores.shape[1:])
     idx = dst.view((-1,) + (1,) * (scores.dim() - 1)).expand_as(scores)
     seg_max = torch.full(shape, float("-inf"), dtype=scores.dtype, device=scores.device)

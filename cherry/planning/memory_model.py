@@ -66,6 +66,10 @@ def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: boo
             # neighbours gathered in order, then per step: 4 gates, c, h, tanh(c) kept for backward
             per_dst = 2.0 * agg + out_path
             per_edge += 12.0 * agg
+            if d.lstm_impl in ("packed", "auto"):  # auto is packed on a GPU: price the larger
+                # the packed gather index (4 transient int64 vectors over the edges) and the packed
+                # RNN's concatenation of its per-step outputs and finished hidden states (2 more)
+                per_edge += 4 * INDEX_BYTES / FLOAT_BYTES + 2.0 * agg
         else:  # sage mean, gcn, mlp: narrowing map before aggregation when it is cheaper
             per_src += float(agg) if agg < d.in_dim else 0.0
             per_dst = float(agg) + out_path

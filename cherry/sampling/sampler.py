@@ -8,6 +8,8 @@ so the same generator state gives the same `Blocks` on every implementation and 
 keeps exactly its parent in-edges in order, so any per-destination computation on the slice equals
 the corresponding rows of the same computation on the whole batch. `slice_blocks_many` does it for
 K disjoint groups at once (one native call per layer), which is how the planner splits a batch.
+Both make trusted blocks (valid by construction) with their `DegreeLayout`, computed here on the host
+so that no micro-batch reads degrees back from the device.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import torch
 from cherry.data.graph import Graph
 from cherry.ops import sampling as ops
 from cherry.sampling.blocks import Block, Blocks
+from cherry.sampling.layout import DegreeLayout
 
 _SEED_HIGH = 2**63 - 1
 
@@ -63,7 +66,8 @@ class NeighborSampler:
         for fanout in reversed(self.fanouts):
             random_seed = _draw_seed(generator)
             indptr, indices, src = ops._sample_neighbors(graph.indptr, graph.indices, dst, fanout, random_seed)
-            layers.append(Block(src_nodes=src, num_dst=int(dst.numel()), indptr=indptr, indices=indices))
+            layers.append(Block(src_nodes=src, num_dst=int(dst.numel()), indptr=indptr, indices=indices,
+                                layout=DegreeLayout.of(indptr), trusted=True))
             dst = src
         return Blocks(layers=tuple(reversed(layers)))
 
@@ -143,7 +147,8 @@ def _slice_many(blocks: Blocks, flat: torch.Tensor, sizes: list[int]) -> list[Bl
         indptrs = indptr.split_with_sizes([n + 1 for n in dst_sizes])
         edges = indices.split_with_sizes(_diffs(edge_offsets))
         per_layer.append(
-            [Block(src_nodes=s, num_dst=n, indptr=p, indices=i) for s, n, p, i in zip(src_nodes, dst_sizes, indptrs, edges)]
+            [Block(src_nodes=s, num_dst=n, indptr=p, indices=i, layout=DegreeLayout.of(p), trusted=True)
+             for s, n, p, i in zip(src_nodes, dst_sizes, indptrs, edges)]
         )
         dst, dst_sizes = src_positions, src_sizes
     inputs = dst.split_with_sizes(dst_sizes)

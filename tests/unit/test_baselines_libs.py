@@ -219,7 +219,7 @@ def test_pyg_lstm_inference_is_the_lstm_over_exactly_the_neighbours(dataset, mon
         whole = model.forward_layer(0, block, h)
         monkeypatch.setattr(pyg_model, "LSTM_PADDED_ELEMENTS", 4 * dataset.feature_dim)  # tiny groups
         grouped = model.forward_layer(0, block, h)
-        agg = lstm_aggregate(conv.aggr_module.lstm, block.indptr, block.indices, h)
+        agg = lstm_aggregate(conv.aggr_module.lstm, block, h)
         want = conv.lin_l(agg) + conv.lin_r(h[: block.num_dst])
     torch.testing.assert_close(grouped, whole, rtol=1e-5, atol=1e-6)
     has_edges = block.in_degrees() > 0

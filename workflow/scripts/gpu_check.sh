@@ -1,47 +1,93 @@
 #!/usr/bin/env bash
-# `make gpu-check`: one short prepared script for a lent GPU machine (minutes, not hours).
-# Builds the native extension with CUDA, runs the GPU-marked tests, runs a short benchmark, and
-# writes everything under $OUT (default results/gpu-check). On a machine without CUDA it says so
-# and exits 0, so it is safe to run anywhere.
+# `make gpu-check`: one prepared script for a lent GPU machine, at most GPU_CHECK_BUDGET_S (480 s) in all.
+# Sections run in order, each under its own timeout capped by the time left; a section that would
+# start past the budget is skipped. $OUT/summary.txt (per-section status and seconds) is written on
+# every exit, also on failure or interrupt. Fails when nvidia-smi sees a GPU but torch has no CUDA;
+# without any GPU it records that and exits 0 (safe to run anywhere).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ] && PY=.venv/bin/python
 OUT=${OUT:-results/gpu-check}
+BUDGET_S=${GPU_CHECK_BUDGET_S:-480}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# the extension's build cache lives inside the repository (git-ignored), so reruns on one machine reuse it
+export CHERRY_EXT_DIR=${CHERRY_EXT_DIR:-$PWD/.ext-cache}
+START_S=$(date +%s)
+status=0
+SUMMARY=()
 
-if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  echo "gpu-check: no CUDA device is available here; nothing to check (GPU tests are skipped on CPUs)." | tee "$OUT/summary.txt"
+finish() {
+  {
+    echo "gpu-check: budget ${BUDGET_S}s, used $(( $(date +%s) - START_S ))s, status ${status}"
+    printf '%s\n' "${SUMMARY[@]}"
+  } > "$OUT/summary.txt"
+  cat "$OUT/summary.txt"
+}
+trap finish EXIT
+
+# section NAME MAX_S COMMAND...: run COMMAND (output to $OUT/NAME.txt) under min(MAX_S, time left)
+section() {
+  local name=$1 max_s=$2; shift 2
+  local left=$(( BUDGET_S - ($(date +%s) - START_S) ))
+  if [ "$left" -lt 10 ]; then
+    SUMMARY+=("$(printf '%-22s skipped (budget spent)' "$name")"); status=1; return 1
+  fi
+  local limit=$(( max_s < left ? max_s : left ))
+  local t0=$(date +%s)
+  echo "== $name (limit ${limit}s)"
+  timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1
+  local rc=$?
+  tail -n 25 "$OUT/$name.txt"
+  local word=ok
+  [ "$rc" -eq 124 ] && word="timeout"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && word="failed (rc $rc)"
+  [ "$rc" -ne 0 ] && status=1
+  SUMMARY+=("$(printf '%-22s %-16s %4ss' "$name" "$word" "$(( $(date +%s) - t0 ))")")
+  return $rc
+}
+
+gpu_seen=0
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/device.txt" 2>&1 && gpu_seen=1
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>>"$OUT/device.txt"; then
+  if [ "$gpu_seen" -eq 1 ]; then
+    SUMMARY+=("nvidia-smi sees a GPU but torch has no CUDA ($("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda)' 2>&1)): FAILED")
+    status=1; exit 1
+  fi
+  SUMMARY+=("no GPU here (nvidia-smi found none, torch has no CUDA): CUDA sections skipped")
   exit 0
 fi
-status=0
-{
-  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
-} | tee "$OUT/device.txt"
+"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" >> "$OUT/device.txt" 2>&1
 
-echo "== build the native extension (CPU + CUDA kernels)"
-( time "$PY" -c "from cherry.ops import extension_status as s; print(s())" ) 2>&1 | tee "$OUT/build.txt"
-grep -q "with CUDA" "$OUT/build.txt" || status=1
+section build 240 "$PY" -c "
+from cherry.ops import extension_available, extension_status
+print(extension_status()); import sys; sys.exit(0 if extension_available() else 1)"
+if grep -q "with CUDA" "$OUT/build.txt"; then SUMMARY+=("native extension: in use, with CUDA kernels")
+else SUMMARY+=("native extension: NOT in use with CUDA ($(tail -n 1 "$OUT/build.txt" | cut -c1-160))"); status=1; fi
 
-echo "== GPU tests"
-if "$PY" -c "import pytest" 2>/dev/null; then
-  # xdist (when present) keeps one crashing test from taking the rest of the run with it
-  par=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 4")
-  timeout 300 "$PY" -m pytest -q -m gpu $par -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu-tests.txt"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-else
-  echo "pytest is not installed here: GPU tests not run" | tee "$OUT/gpu-tests.txt"; status=1
-fi
+# serial (no xdist): one GPU, and CUDA errors must point at their own test
+section gpu-tests 120 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests
 
-echo "== short benchmarks and the CLI on the GPU"
-timeout 200 "$PY" -m cherry bench engine --dataset synth-tiny --device cuda --ks 2,4 --steps 3 \
-  --hidden 64 --fanouts 5,10 --batch-size 512 2>&1 | tee "$OUT/bench-engine.txt" || status=1
-timeout 200 "$PY" -m cherry train --dataset synth-tiny --model sage --aggr lstm --hidden 64 \
-  --fanouts 5,10 --batch-size 512 --epochs 1 --device cuda --device-memory 256MiB --quiet \
-  --json "$OUT/train-cuda.json" 2>&1 | tee "$OUT/train-cuda.txt" || status=1
-timeout 120 "$PY" -m cherry verify --dataset synth-tiny --aggr lstm --hidden 64 --fanouts 5,10 \
-  --batch-size 512 --microbatches 4 --device cuda 2>&1 | tee "$OUT/verify-cuda.txt" || status=1
-echo "gpu-check finished with status $status" | tee "$OUT/summary.txt"
+E=( "$PY" -m cherry bench engine --dataset synth-arxiv --device cuda --aggrs mean,lstm --ks 2,4,8 --steps 3 --warmup 1 )
+section engine-b1024 60 "${E[@]}" --batch-size 1024 --json "$OUT/engine-b1024.json"
+section engine-b65536 90 "${E[@]}" --batch-size 65536 --json "$OUT/engine-b65536.json"
+section profile-syncs 45 "$PY" -m cherry.bench.profile_syncs --dataset synth-arxiv --device cuda --ks 1,8 \
+  --batch-size 1024 --steps 3 --json "$OUT/profile-syncs.json"
+# the memory wall: SAGE-LSTM, hidden 512, the whole arxiv-sized training set as one batch, 24 GiB cap
+W=( "$PY" -m cherry train --dataset synth-arxiv --model sage --aggr lstm --hidden 512 --fanouts 10,25
+    --batch-size 90941 --device cuda --device-memory 24GiB --max-steps 2 --no-eval --quiet )
+section wall-auto 60 "${W[@]}" --budget 24GiB --json "$OUT/wall-auto.json"
+# K=1 must run out of memory: `cherry train` then writes its JSON and exits 3
+section wall-k1 30 bash -c '"$@"; [ $? -eq 3 ]' wall-k1 "${W[@]}" --microbatches 1 --json "$OUT/wall-k1.json"
+"$PY" - "$OUT/wall-k1.json" "$OUT/wall-auto.json" >> "$OUT/wall-check.txt" 2>&1 <<'PYEOF' || { status=1; SUMMARY+=("memory wall: K=1 did not run out of memory or automatic K failed (see wall-check.txt)"); }
+import json, sys
+k1, auto = (json.load(open(p)) for p in sys.argv[1:3])
+last = (auto.get("epochs") or [{}])[-1]
+print("K=1:", k1.get("status"), k1.get("reason"), "| auto:", auto.get("status"), "K", last.get("max_microbatches"),
+      {k: v for k, v in last.items() if "peak" in k or "nvml" in k or "reserved" in k})
+sys.exit(0 if k1.get("status") == "oom" and auto.get("status") == "ok" else 1)
+PYEOF
+section verify-k8 60 "$PY" -m cherry verify --dataset synth-arxiv --aggr lstm --hidden 64 --fanouts 10,25 \
+  --batch-size 1024 --microbatches 8 --device cuda
 exit $status

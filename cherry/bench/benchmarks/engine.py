@@ -30,10 +30,11 @@ def parse_list(text: str, name: str, cast) -> list:
     return values
 
 
-def _spec(args, aggr: str, k: int):
+def _spec(args, aggr: str, impl: str, k: int):
     from cherry.spec import make_spec
 
-    return make_spec(system="cherry", dataset=args.dataset, root=args.root, aggr=aggr, hidden=args.hidden,
+    return make_spec(system="cherry", dataset=args.dataset, root=args.root, aggr=aggr, lstm_impl=impl,
+                     hidden=args.hidden,
                      num_layers=len(args.fanouts), fanouts=args.fanouts, batch_size=args.batch_size,
                      num_microbatches=k, device=args.device, seed=args.seed, epochs=0, warmup=args.warmup,
                      steps=args.steps, evaluate=False)
@@ -96,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--ks must be positive integers, got {args.ks!r}")
     if args.warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
-    specs = {(aggr, k): _spec(args, aggr, k) for aggr in aggrs for k in [1] + ks}  # all checked first
+    impls = parse_list(args.lstm_impl, "lstm-impl", str)
+    variants = [(a, i) for a in aggrs for i in (impls if a == "lstm" else ["auto"])]
+    specs = {(aggr, impl, k): _spec(args, aggr, impl, k) for aggr, impl in variants for k in [1] + ks}  # checked first
     dataset = load_dataset(args.dataset, args.root)
     rank = seed_rank(dataset, "metis", args.seed)
     random_rank = torch.randperm(dataset.graph.num_nodes, generator=torch.Generator().manual_seed(args.seed))
@@ -106,20 +109,21 @@ def run(args: argparse.Namespace) -> int:
     header = (f"{'aggr':<6} {'K':>3} {'step_s':>8} {'vs K=1':>7} {'plan wait':>9} {'plan work':>9} "
               f"{'redund.':>8} {'random':>8} {'est.err':>8}")
     print(header)
-    for aggr in aggrs:
+    for aggr, impl in variants:
+        name = aggr if aggr != "lstm" or len(impls) == 1 else f"{aggr}-{impl[0]}"
         base = None
         for k in [1] + ks:
-            spec = specs[(aggr, k)]
+            spec = specs[(aggr, impl, k)]
             m, first_blocks = measure_k(dataset, spec, args.warmup)
             base = base or m["step_s"]
             model_spec = spec.model_spec(dataset)
             ours = split_redundancy(first_blocks, model_spec, k, rank)
             rnd = split_redundancy(first_blocks, model_spec, k, random_rank, balance="count")
-            row = {"aggr": aggr, "k": k, **m, "ratio_to_k1": m["step_s"] / base,
+            row = {"aggr": aggr, "lstm_impl": impl if aggr == "lstm" else None, "k": k, **m, "ratio_to_k1": m["step_s"] / base,
                    "redundancy_input": ours, "random_redundancy_input": rnd}
             rows.append(row)
             err = m["estimator_median_rel_error"]
-            print(f"{aggr:<6} {k:>3} {m['step_s']:>8.3f} {row['ratio_to_k1']:>7.2f} {m['plan_share']:>9.1%} "
+            print(f"{name:<6} {k:>3} {m['step_s']:>8.3f} {row['ratio_to_k1']:>7.2f} {m['plan_share']:>9.1%} "
                   f"{m['plan_work_share']:>9.1%} "
                   f"{ours:>8.2f} {rnd:>8.2f} {('%.1f%%' % (100 * err)) if err is not None else 'n/a':>8}",
                   flush=True)
