@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS = ("ops", "engine", "systems")
+BENCHMARKS = ("ops", "engine", "systems", "planner")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
