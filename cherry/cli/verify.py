@@ -23,8 +23,6 @@ def run(args: argparse.Namespace) -> int:
     from cherry.sampling import NeighborSampler
     from cherry.session import TrainingSession, seed_rank_for
 
-    if args.dropout != 0:
-        raise ValueError(f"--dropout must be 0 for gradient equivalence, got {args.dropout}")
     args.device_memory = None
     trainer_args = TrainingSession.from_args(args, None)
     trainer = trainer_args.build()

@@ -6,6 +6,10 @@ of the whole mini-batch), gradients by ``torch.autograd.grad`` added into accumu
 last one a single optimizer step. Micro-batch ``k + 1`` is prepared (feature rows indexed, moved to
 the device on a side stream) by a background thread while ``k`` computes.
 
+Dropout: before a step's first micro-batch the model's `NodeDropout` layers get that step's seed
+(``options.dropout_seed`` and the executor's step count), so every micro-batch of the step applies
+the same mask to the same node and the accumulated gradient is the mini-batch's with dropout too.
+
 Exactly-once gradients: a micro-batch's gradients are added to the accumulators only after its
 backward has completed, so an out-of-memory anywhere inside it leaves the accumulators as they were.
 Recovery then re-plans the seeds not yet done with a recalibrated (larger) estimate, hence a larger K,
@@ -24,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from cherry.execution.probe import DeviceMemoryLike, NullProbe, Probe
+from cherry.models.dropout import set_dropout_step, step_seed
 from cherry.planning import BatchShape, MemoryModel, MicrobatchPlan, plan_microbatches
 from cherry.sampling import Blocks
 
@@ -44,6 +49,7 @@ class ExecutorOptions:
     safety: float = 0.1
     recover_oom: bool = True
     max_oom_recoveries: int = 8
+    dropout_seed: int = 0  # with the step count, seeds every step's dropout masks (cherry.models.dropout)
 
     def __post_init__(self) -> None:
         if self.num_microbatches is None and self.budget_bytes is None:
@@ -109,6 +115,7 @@ class MicrobatchExecutor:
         self._base_fixed_bytes = memory_model.fixed_bytes
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cherry-prepare")
         self._side_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._num_steps = 0  # accumulations so far: with options.dropout_seed, the step's dropout seed
 
     # -- planning -------------------------------------------------------------------------------
     def _stage_decision(self, blocks: Blocks, feature_dim: int, itemsize: int) -> bool:
@@ -201,6 +208,8 @@ class MicrobatchExecutor:
         if planned is not None:
             blocks = planned.blocks
         num_seeds = blocks.num_seeds
+        self._num_steps += 1
+        set_dropout_step(self.model, step_seed(self.options.dropout_seed, self._num_steps))
         labels_of_seeds = labels.index_select(0, blocks.seeds.to(labels.device))
         with self.probe.phase("gather"):
             stage = planned.stage if planned else self._stage_decision(blocks, features.shape[1],
