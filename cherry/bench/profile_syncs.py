@@ -52,8 +52,7 @@ def profile_k(dataset, spec, batches, k, device):
     torch.manual_seed(0)
     model = build_model(spec).to(device)
     ex = MicrobatchExecutor(model, torch.optim.Adam(model.parameters(), lr=1e-3), MemoryModel.for_model(spec),
-                            ExecutorOptions(num_microbatches=k, budget_bytes=None, stage_features=True, pipeline=True,
-                                            balance="memory", safety=0.1, recover_oom=False), device)
+                            ExecutorOptions.for_k(k), device)
     planned = [ex.plan_batch(b, dataset.features) for b in batches]
     ex.step(planned[0], dataset.features, dataset.labels)  # warm-up (allocator, cuDNN plans)
     host = [b.layout.batch_sizes for p in planned for m in p.plan.microbatches for b in m.layers if b.layout is not None]

@@ -10,7 +10,8 @@ import importlib
 
 from cherry.cli.options import fanout_list, positive_int, size_bytes
 
-BENCHMARKS = ("ops", "engine", "systems")
+BENCHMARKS = ("ops", "engine", "systems", "planner")
+_PLANNER_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-arxiv,synth-products"
 
 
 def _runner(name: str):
@@ -87,3 +88,16 @@ def _register_systems(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_runner("systems"))
 
 
+def _register_planner(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("planner", help="redundancy and planning time of the splits per degree law")
+    p.add_argument("--graphs", default=_PLANNER_GRAPHS, help="comma-separated degree laws and dataset names")
+    p.add_argument("--num-nodes", type=positive_int, default=100_000, help="nodes of each generated degree law")
+    p.add_argument("--batch-sizes", default="1024,4096")
+    p.add_argument("--ks", default="2,4,8,16")
+    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
+    p.add_argument("--hidden", type=positive_int, default=128)
+    p.add_argument("--repeats", type=positive_int, default=3, help="timings per planner (median)")
+    p.add_argument("--root", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, metavar="OUT")
+    p.set_defaults(func=_runner("planner"))

@@ -32,8 +32,6 @@ def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args, args._parser, epochs=1)
     if spec.num_microbatches is None:
         raise ValueError("--microbatches: expected a fixed K >= 1 to compare with K = 1, got 'auto'")
-    if spec.dropout != 0:
-        raise ValueError(f"--dropout: must be 0 for gradient equivalence, got {spec.dropout}")
     if spec.device == "cuda":
         import torch
 

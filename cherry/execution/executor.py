@@ -13,6 +13,10 @@ step; side-stream tensors are handed to the compute stream with an event wait an
 gradients are added with one ``_foreach_add_``; the memory statistics are read once per
 micro-batch window (host-side allocator counters on a GPU).
 
+Dropout: before a step's first micro-batch the model's `NodeDropout` layers get that step's seed
+(``options.dropout_seed`` and the executor's step count), so every micro-batch of the step applies
+the same mask to the same node and the accumulated gradient is the mini-batch's with dropout too.
+
 Exactly-once gradients: a micro-batch's gradients are added to the accumulators only after its
 backward has completed, so an out-of-memory anywhere inside it leaves the accumulators as they were.
 Recovery then re-plans the seeds not yet done with a recalibrated (larger) estimate, hence a larger K,
@@ -31,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from cherry.execution.transfer import PinnedRows, blocks_to_device
+from cherry.models.dropout import set_dropout_step, step_seed
 from cherry.probe import DeviceMemoryLike, NullProbe, Probe
 from cherry.planning import BatchShape, MemoryModel, MicrobatchPlan, plan_microbatches
 from cherry.sampling import Blocks
@@ -53,6 +58,7 @@ class ExecutorOptions:
     safety: float
     recover_oom: bool
     max_oom_recoveries: int = 8
+    dropout_seed: int = 0  # with the step count, seeds every step's dropout masks (cherry.models.dropout)
 
     def __post_init__(self) -> None:
         if self.num_microbatches is None and self.budget_bytes is None:
@@ -61,6 +67,18 @@ class ExecutorOptions:
             raise ValueError(f"num_microbatches must be >= 1, got {self.num_microbatches}")
         if self.budget_bytes is not None and self.budget_bytes <= 0:
             raise ValueError(f"budget_bytes must be positive, got {self.budget_bytes}")
+
+    @staticmethod
+    def for_k(num_microbatches: Optional[int], budget_bytes: Optional[int] = None, **changes) -> "ExecutorOptions":
+        """Options for K = ``num_microbatches`` (None: from ``budget_bytes``) with cherry's default
+        settings, read from the systems table like every spec's (`cherry.systems`), and ``changes``."""
+        from cherry.systems import system_entry
+
+        o = system_entry("cherry").option_defaults
+        base = ExecutorOptions(num_microbatches=num_microbatches, budget_bytes=budget_bytes,
+                               stage_features=o["stage_features"], pipeline=o["pipeline"], balance=o["balance"],
+                               safety=o["safety"], recover_oom=num_microbatches is None)
+        return dataclasses.replace(base, **changes)
 
     @staticmethod
     def from_spec(spec, budget_bytes: Optional[int]) -> "ExecutorOptions":
@@ -77,7 +95,7 @@ class ExecutorOptions:
         return ExecutorOptions(
             num_microbatches=fixed_k, budget_bytes=budget_bytes,
             stage_features=o["stage_features"], pipeline=o["pipeline"], balance=o["balance"], safety=o["safety"],
-            recover_oom=spec.num_microbatches is None,
+            recover_oom=spec.num_microbatches is None, dropout_seed=spec.seed,
         )
 
 
@@ -150,6 +168,7 @@ class MicrobatchExecutor:
         self._side_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._pinned = PinnedRows(slots=2)  # per-micro-batch rows (prepared one ahead)
         self._pinned_stage = PinnedRows(slots=1)  # the whole batch's rows, once per step
+        self._num_steps = 0  # accumulations so far: with options.dropout_seed, the step's dropout seed
 
     # -- planning -------------------------------------------------------------------------------
     def _stage_decision(self, blocks: Blocks, feature_dim: int, itemsize: int) -> bool:
@@ -237,6 +256,8 @@ class MicrobatchExecutor:
         if planned is not None:
             blocks = planned.blocks
         num_seeds = blocks.num_seeds
+        self._num_steps += 1
+        set_dropout_step(self.model, step_seed(self.options.dropout_seed, self._num_steps))
         labels_of_seeds = labels.index_select(0, blocks.seeds.to(labels.device))
         with self.probe.phase("gather"):
             stage = planned.stage if planned else self._stage_decision(blocks, features.shape[1],

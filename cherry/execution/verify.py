@@ -1,8 +1,9 @@
 """Gradient equivalence: the K-micro-batch gradient against the whole mini-batch's (K = 1).
 
 Both gradients come from the same executor code path (`MicrobatchExecutor.accumulate`) on the same
-sampled blocks and the same weights; only the split differs. Dropout must be 0 (different masks are
-different functions), so `compare_gradients` refuses a model in training mode with dropout.
+sampled blocks and the same weights; only the split differs. Dropout is allowed: both runs are the
+first step of a fresh executor, so they share the step seed, and `NodeDropout` gives every node the
+same mask in every micro-batch (`cherry.models.dropout`).
 """
 from __future__ import annotations
 
@@ -30,8 +31,7 @@ def _exact_float32():
 
 
 def _gradients_at(k, model, memory_model, blocks, features, labels, seed_rank, device) -> list[torch.Tensor]:
-    options = ExecutorOptions(num_microbatches=k, budget_bytes=None, stage_features=False, pipeline=True,
-                              balance="memory", safety=0.0, recover_oom=False)
+    options = ExecutorOptions.for_k(k, stage_features=False, safety=0.0)
     ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.0), memory_model, options,
                             device, seed_rank=seed_rank)
     try:
@@ -53,9 +53,6 @@ def compare_gradients(model: torch.nn.Module, memory_model: MemoryModel, blocks:
                       seed_rank: Optional[torch.Tensor] = None,
                       device: torch.device | str = "cpu") -> list[ParameterDifference]:
     """Per-parameter difference between the gradients at K = ``num_microbatches`` and K = 1."""
-    if getattr(getattr(model, "spec", None), "dropout", 0.0) > 0 and model.training:
-        raise ValueError("gradient equivalence needs dropout 0 (masks differ between runs); got "
-                         f"dropout={model.spec.dropout}")
     if not 1 <= num_microbatches <= blocks.num_seeds:
         raise ValueError(f"--microbatches must be in [1, {blocks.num_seeds}] for this batch, got {num_microbatches}")
     grads = []

@@ -7,13 +7,15 @@ Each layer maps ``h [block.num_src, d_in]`` to ``[block.num_dst, d_out]``. The e
 micro-batching relies on: a destination's output depends only on its own input row and on the rows of
 its own in-edges in the block, in their order. So the logits of any subset of seeds computed from the
 sub-blocks sliced for that subset equal the corresponding rows of the full batch's logits (no
-BatchNorm; with dropout the equality holds only for identical masks, i.e. dropout=0 or eval mode).
+BatchNorm). Dropout keeps it: `NodeDropout` draws each row's mask from the row's global node id, the
+layer and the step seed, so a node's mask is the same in every micro-batch that holds it.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from cherry.models.dropout import NodeDropout
 from cherry.models.spec import ModelSpec
 from cherry.sampling.blocks import Block, Blocks
 
@@ -44,7 +46,7 @@ class BlockModel(nn.Module):
             raise ValueError(f"expected {spec.num_layers} layers for {spec}, got {len(layers)}")
         self.spec = spec
         self.layers = nn.ModuleList(layers)
-        self.dropout = nn.Dropout(spec.dropout)
+        self.dropout = NodeDropout(spec.dropout)
 
     def forward_layer(self, index: int, block: Block, h: torch.Tensor) -> torch.Tensor:
         """Layer ``index`` on one block, with the activation that follows it (none for the last).
@@ -53,7 +55,7 @@ class BlockModel(nn.Module):
         """
         out = self.layers[index](block, h)
         if index < len(self.layers) - 1:
-            out = self.dropout(torch.relu(out))
+            out = self.dropout(torch.relu(out), block.dst_nodes, index)
         return out
 
     def forward(self, blocks: Blocks, x: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from cherry.models.base import check_features
+from cherry.models.dropout import NodeDropout
 from cherry.models.spec import ModelSpec
 from cherry.sampling.blocks import Blocks
 
@@ -23,19 +24,20 @@ class MLP(nn.Module):
             raise TypeError(f"spec must be a ModelSpec, got {type(spec).__name__}")
         self.spec = spec
         self.layers = nn.ModuleList(nn.Linear(d.in_dim, d.out_dim) for d in spec.layer_dims())
-        self.dropout = nn.Dropout(spec.dropout)
+        self.dropout = NodeDropout(spec.dropout)
 
-    def forward_rows(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits of the rows of ``x`` (``[N, in_dim] -> [N, num_classes]``), for full-graph evaluation."""
+    def forward_rows(self, x: torch.Tensor, nodes: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits of the rows of ``x`` (``[N, in_dim] -> [N, num_classes]``), for full-graph evaluation;
+        ``nodes``: the rows' global ids, which key the dropout masks (see `NodeDropout`)."""
         h = x
         for index, layer in enumerate(self.layers):
             h = layer(h)
             if index < len(self.layers) - 1:
-                h = self.dropout(torch.relu(h))
+                h = self.dropout(torch.relu(h), nodes, index)
         return h
 
     def forward(self, blocks: Blocks, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(blocks, Blocks):
             raise TypeError(f"blocks must be cherry.sampling.Blocks, got {type(blocks).__name__}")
         check_features(x, blocks.layers[0].num_src, self.spec.in_dim)
-        return self.forward_rows(x[: blocks.num_seeds])
+        return self.forward_rows(x[: blocks.num_seeds], blocks.seeds)

@@ -8,6 +8,13 @@ Choosing K (``num_microbatches=None``): start from the whole batch's estimate ov
 slice, estimate each part; while the largest part's estimate exceeds ``budget * (1 - safety)``, grow
 K in proportion to the overshoot. A budget that one seed alone cannot meet raises
 `BudgetTooSmallError` before any compute.
+
+Refinement (``refine=True``, K > 1): the contiguous split in locality order is one candidate; the
+native refinement (`refine_split`) with each weight slack of ``REFINE_TOLERANCES`` gives the others
+(the greedy's local optimum depends on the slack, and which is best varies per batch and degree law).
+The plan keeps the candidate with the fewest input nodes whose largest micro-batch estimate is at
+most ``MAX_GROWTH`` above the contiguous split's, so refinement never raises redundancy and keeps
+the memory balance.
 """
 from __future__ import annotations
 
@@ -19,8 +26,21 @@ import torch
 
 from cherry.planning.memory_model import MemoryModel
 from cherry.planning.shapes import BatchShape
-from cherry.planning.split import seed_costs, split_seeds
+from cherry.planning.split import refine_split, seed_costs, split_seeds
 from cherry.sampling import Blocks, slice_blocks, slice_blocks_many
+
+
+REFINE_TOLERANCES = (0.05, 0.2)  # weight slack of the refinement candidates (see `refine_split`)
+MAX_GROWTH = 0.05  # a refined plan's largest estimate may exceed the contiguous split's by this much
+
+
+def _sliced(blocks: Blocks, groups, memory_model: MemoryModel):
+    parts = tuple(slice_blocks_many(blocks, list(groups)))
+    return tuple(groups), parts, tuple(memory_model.estimate_bytes(BatchShape.of(p)) for p in parts)
+
+
+def _inputs(parts) -> int:
+    return sum(p.layers[0].num_src for p in parts)
 
 
 class BudgetTooSmallError(ValueError):
@@ -55,11 +75,13 @@ def plan_microbatches(
     balance: str = "memory",
     safety: float = 0.1,
     positions: Optional[torch.Tensor] = None,
+    refine: bool = True,
 ) -> MicrobatchPlan:
     """Plan the micro-batches of ``blocks`` (or of the seeds at ``positions`` only, when re-planning).
 
     Either ``num_microbatches`` is given (a fixed K, the budget only reported) or ``budget_bytes``
     is, and K is the smallest found whose largest micro-batch is estimated to fit with ``safety``.
+    ``refine``: move seeds between the contiguous groups to lower input redundancy (`refine_split`).
     """
     if num_microbatches is None and budget_bytes is None:
         raise ValueError("give num_microbatches or budget_bytes (neither was set)")
@@ -84,8 +106,21 @@ def plan_microbatches(
         if costs is None:
             costs = seed_costs(blocks, memory_model)
         groups = split_seeds(positions, costs, k, seed_rank, blocks.seeds, balance)
-        parts = tuple(slice_blocks_many(blocks, list(groups)))
-        return groups, parts, tuple(memory_model.estimate_bytes(BatchShape.of(p)) for p in parts)
+        best = _sliced(blocks, groups, memory_model)
+        if refine and k > 1:
+            # Per batch, keep the candidate with the fewest input nodes among those whose largest
+            # estimate stays within MAX_GROWTH of the contiguous split's (memory balance holds).
+            limit = max(best[2]) * (1 + MAX_GROWTH)
+            for tolerance in REFINE_TOLERANCES:
+                try:
+                    cand = _sliced(blocks, refine_split(blocks, groups, costs, balance, tolerance=tolerance),
+                                   memory_model)
+                except torch.OutOfMemoryError:
+                    break  # a candidate is an optimisation: a device too full to hold one keeps the best so far
+                if max(cand[2]) <= limit and _inputs(cand[1]) < _inputs(best[1]):
+                    best = cand
+                del cand
+        return best
 
     if num_microbatches is not None:
         groups, parts, est = build(num_microbatches)

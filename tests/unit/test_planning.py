@@ -141,3 +141,24 @@ def test_seed_rank_of_a_new_graph_is_its_own():
         assert seed_rank(ds, "random", 0).numel() == ds.graph.num_nodes, i
         del ds
         gc.collect()
+
+
+@pytest.mark.parametrize("balance", ["memory", "count"])
+def test_refinement_lowers_redundancy_and_keeps_balance(balance):
+    """On a graph without locality, refining the contiguous split duplicates fewer inputs; never more
+    anywhere, and the largest estimate stays within MAX_GROWTH of the contiguous split's."""
+    from cherry.data.degree_laws import degree_law_graph
+    from cherry.planning.plan import MAX_GROWTH
+
+    graph = degree_law_graph("chung-lu", 4000, seed=3)
+    rank = locality_rank(graph, "metis")
+    blocks = NeighborSampler(graph, [5, 10]).sample(torch.randperm(4000)[:600], torch.Generator().manual_seed(4))
+    mm = MemoryModel.for_model(ModelSpec("sage", 16, 16, 4, 2))
+    for k in (2, 4, 8):
+        plain = plan_microbatches(blocks, mm, num_microbatches=k, seed_rank=rank, balance=balance, refine=False)
+        refined = plan_microbatches(blocks, mm, num_microbatches=k, seed_rank=rank, balance=balance)
+        assert refined.redundancy[0] < plain.redundancy[0], (k, refined.redundancy, plain.redundancy)
+        assert refined.max_estimated_bytes <= plain.max_estimated_bytes * (1 + MAX_GROWTH)
+        seen = torch.sort(torch.cat(refined.seed_groups)).values
+        assert torch.equal(seen, torch.arange(blocks.num_seeds))
+        assert all(g.numel() > 0 for g in refined.seed_groups)

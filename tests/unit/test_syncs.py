@@ -55,8 +55,7 @@ def _executor(ds, model_name, aggr, k, device, probe, pipeline):
     spec = _spec(ds, model_name, aggr)
     model = build_model(spec).to(device)
     return MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.1), MemoryModel.for_model(spec),
-                              ExecutorOptions(num_microbatches=k, budget_bytes=None, stage_features=False,
-                                              pipeline=pipeline, balance="memory", safety=0.1, recover_oom=False),
+                              ExecutorOptions.for_k(k, pipeline=pipeline, stage_features=False),
                               device, probe=probe)
 
 

@@ -1,0 +1,79 @@
+"""Public planning op `refine_groups`: lower a split's input-layer redundancy by moving seeds between
+groups (contract: `cherry.ops.reference_planning`).
+
+`refine_groups` validates its inputs, then runs ``torch.ops.cherry.refine_groups`` when the native
+extension is in use and the pure-PyTorch reference otherwise (both return the same groups). The
+underscored variant skips validation for the planner, which built its inputs itself.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from cherry.ops import reference_planning as ref
+from cherry.ops.extension import extension_available
+from cherry.ops.sampling import check_index_vector, check_positions
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
+def refine_groups(indptrs: Sequence[torch.Tensor], indices: Sequence[torch.Tensor], positions: torch.Tensor,
+                  groups: torch.Tensor, weights: torch.Tensor, num_groups: int, num_inputs: int,
+                  max_group_weight: float, num_passes: int = 3) -> torch.Tensor:
+    """Refine the assignment ``groups[i]`` (in ``[0, num_groups)``, every group non-empty) of the seed
+    at top-layer destination position ``positions[i]``; returns the new assignment (int64, ``[n]``).
+
+    ``indptrs``/``indices``: the batch's blocks as CSC, input layer first; ``num_inputs``: the input
+    layer's source count. ``weights`` (float64, ``[n]``): each seed's cost; no group's summed weight
+    grows above ``max_group_weight`` (one already above it only shrinks). At most ``num_passes``
+    greedy passes; the input-layer redundancy never rises.
+    """
+    if not isinstance(indptrs, (list, tuple)) or not isinstance(indices, (list, tuple)):
+        raise TypeError("indptrs and indices must be lists of tensors (one per layer)")
+    if len(indptrs) == 0 or len(indptrs) != len(indices):
+        raise ValueError(f"indptrs and indices must be equally long and non-empty, got {len(indptrs)} and {len(indices)}")
+    check_index_vector("positions", positions)
+    device = positions.device
+    _check_int("num_groups", num_groups, 1)
+    _check_int("num_inputs", num_inputs, 1)
+    _check_int("num_passes", num_passes, 0)
+    num_src = num_inputs
+    for l, (ip, ind) in enumerate(zip(indptrs, indices)):
+        check_index_vector(f"indptrs[{l}]", ip, device)
+        check_index_vector(f"indices[{l}]", ind, device)
+        num_dst = ip.numel() - 1
+        if num_dst < 0 or num_dst > num_src:
+            raise ValueError(f"layer {l} has {num_dst} destinations, more than its {num_src} sources")
+        if ind.numel() != int(ip[-1]) or (ind.numel() and (int(ind.min()) < 0 or int(ind.max()) >= num_src)):
+            raise ValueError(f"indices[{l}] must hold indptrs[{l}][-1] entries in [0, {num_src})")
+        num_src = num_dst
+    check_positions("positions", positions, num_src)
+    check_index_vector("groups", groups, device)
+    if groups.numel() != positions.numel():
+        raise ValueError(f"groups must have one entry per position ({positions.numel()}), got {groups.numel()}")
+    if int(groups.min()) < 0 or int(groups.max()) >= num_groups:
+        raise ValueError(f"groups must lie in [0, {num_groups})")
+    if int((torch.bincount(groups, minlength=num_groups) == 0).sum()) > 0:
+        raise ValueError(f"every one of the {num_groups} groups must hold a seed")
+    if not isinstance(weights, torch.Tensor) or weights.dtype != torch.float64 or weights.shape != positions.shape:
+        raise ValueError(f"weights must be a float64 tensor of shape {tuple(positions.shape)}")
+    if isinstance(max_group_weight, bool) or not isinstance(max_group_weight, (int, float)):
+        raise TypeError(f"max_group_weight must be a number, got {max_group_weight!r}")
+    return _refine_groups(list(indptrs), list(indices), positions, groups, weights, num_groups, num_inputs,
+                          float(max_group_weight), num_passes)
+
+
+def _refine_groups(indptrs: list[torch.Tensor], indices: list[torch.Tensor], positions: torch.Tensor,
+                   groups: torch.Tensor, weights: torch.Tensor, num_groups: int, num_inputs: int,
+                   max_group_weight: float, num_passes: int) -> torch.Tensor:
+    if positions.device.type in ("cpu", "cuda") and extension_available():
+        return torch.ops.cherry.refine_groups(indptrs, indices, positions, groups, weights, num_groups, num_inputs,
+                                              max_group_weight, num_passes)
+    return ref.refine_groups(indptrs, indices, positions, groups, weights, num_groups, num_inputs,
+                             max_group_weight, num_passes)
