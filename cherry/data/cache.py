@@ -1,7 +1,8 @@
 """Cherry's converted dataset cache: one ``.npy`` file per array plus a checksummed ``manifest.json``.
 
 Invariants: a cache directory exists only complete (it is written in a temporary sibling directory and
-renamed into place, so an interruption leaves no half-written cache); ``manifest.json`` records the
+renamed into place, so an interruption leaves no half-written cache; the sibling's name carries the
+writer's host and pid, and the next writer removes siblings whose writer has died, e.g. by kill -9); ``manifest.json`` records the
 sha256, size, shape and dtype of every file; `load_cache` refuses a file whose size or checksum differs
 from the manifest, naming the file. Large arrays are memory-mapped copy-on-write (``mmap_mode='c'``):
 pages load lazily and an accidental in-place write cannot corrupt the cache (a read-only mapping would
@@ -12,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import uuid
 from pathlib import Path
 
@@ -40,6 +43,44 @@ def _write_json_atomic(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+def temp_sibling(target: Path, kind: str = "tmp") -> Path:
+    """A fresh hidden sibling of ``target`` named after this host and process (``kind``: tmp or old)."""
+    if kind not in ("tmp", "old"):
+        raise ValueError(f"kind must be 'tmp' or 'old', got {kind!r}")
+    target = Path(target)
+    return target.with_name(f".{target.name}.{kind}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def _writer_alive(host: str | None, pid: int | None) -> bool:
+    if host is None or pid is None:
+        return False  # a name from before writers were recorded: nobody owns it any more
+    if host != socket.gethostname():
+        return True  # another machine's writer (shared file system): not ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Delete the temporary siblings of ``target`` left by dead writers (see `temp_sibling`)."""
+    target = Path(target)
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(?:tmp|old)-(?:(?P<host>.+)-(?P<pid>\d+)-)?[0-9a-f]{{8}}$")
+    removed = []
+    for sibling in target.parent.glob(f".{target.name}.*"):
+        match = pattern.match(sibling.name)
+        if match is None:
+            continue
+        pid = int(match["pid"]) if match["pid"] else None
+        if not _writer_alive(match["host"], pid):
+            shutil.rmtree(sibling, ignore_errors=True) if sibling.is_dir() else sibling.unlink(missing_ok=True)
+            removed.append(sibling)
+    return removed
+
+
 def write_cache(cache_dir: Path, arrays: dict[str, np.ndarray], info: dict) -> Path:
     """Write ``arrays`` (exactly `ARRAY_NAMES`) and a manifest with ``info`` merged in; atomic.
 
@@ -49,7 +90,8 @@ def write_cache(cache_dir: Path, arrays: dict[str, np.ndarray], info: dict) -> P
         raise ValueError(f"cache arrays must be exactly {ARRAY_NAMES}, got {sorted(arrays)}")
     cache_dir = Path(cache_dir)
     cache_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_dir.with_name(f".{cache_dir.name}.tmp-{uuid.uuid4().hex[:8]}")
+    remove_stale_temps(cache_dir)
+    tmp = temp_sibling(cache_dir)
     tmp.mkdir()
     try:
         files = {}
@@ -69,12 +111,26 @@ def write_cache(cache_dir: Path, arrays: dict[str, np.ndarray], info: dict) -> P
 
 
 def swap_into_place(new: Path, target: Path) -> None:
-    """Rename ``new`` to ``target``, replacing an existing ``target`` (moved aside, then deleted)."""
+    """Rename ``new`` to ``target``, replacing an existing ``target`` (moved aside, then deleted).
+
+    Two writers of the same target may race (a resumed workflow beside an orphaned job): each step
+    tolerates the other having moved ``target`` meanwhile, and the last complete copy wins."""
     old = None
     if target.exists():
-        old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
-        os.rename(target, old)
-    os.rename(new, target)
+        old = temp_sibling(target, "old")
+        try:
+            os.rename(target, old)
+        except FileNotFoundError:
+            old = None
+    try:
+        os.rename(new, target)
+    except OSError:  # another writer placed its complete copy after our move: replace it once more
+        if not target.exists():
+            raise
+        again = temp_sibling(target, "old")
+        os.rename(target, again)
+        os.rename(new, target)
+        shutil.rmtree(again, ignore_errors=True)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 

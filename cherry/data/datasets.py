@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import uuid
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -88,7 +87,8 @@ def _convert(read: dict, report: Callable[[str, float], None]) -> tuple[dict, di
 def _prepare_generated(name, root: Path, scale, report) -> Path:
     spec = synth_spec(name, scale)
     final = root / dir_name(name, scale)
-    tmp = root / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
+    cache_mod.remove_stale_temps(final)  # left by a killed prepare
+    tmp = cache_mod.temp_sibling(final)
     try:
         report("generating graph, features and split", 0.0)
         arrays = generate(spec)

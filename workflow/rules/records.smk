@@ -1,12 +1,14 @@
 # Records -> one table (CSV with JSON-encoded list columns, and Parquet); gradient-equivalence checks.
+# The table's files are `update` outputs: Snakemake keeps the previous table while the aggregation
+# reruns and restores it if the aggregation fails, so a failure never leaves the workflow without one.
 
 
 rule aggregate_records:
     input:
         records=record_paths(),
     output:
-        table="results/records/runs.csv",
-        parquet="results/records/runs.parquet",
+        table=update("results/records/runs.csv"),
+        parquet=update("results/records/runs.parquet"),
     log:
         "results/logs/aggregate_records.log",
     conda:
