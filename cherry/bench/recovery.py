@@ -7,9 +7,12 @@ running at the kill, is `rerun-incomplete` in profiles/default):
   is provably gone: it was started on this host (`claim_lock` wrote its host, pid and start time),
   that process no longer exists, and no other Snakemake process works in this directory.
 - a corrupt record (truncated, not JSON, or failing the record schema) is a finished output to
-  Snakemake, so the aggregation fails on it forever. `set_aside_corrupt_records` renames each one to
-  `<record>.corrupt` with one line naming it, so its run is redone.
-Every function returns the one-line messages it has for the user; none raises on a damaged file.
+  Snakemake, so the aggregation fails on it forever (and deleting it would not help: Snakemake
+  regenerates a missing intermediate file only when a job downstream must run anyway).
+  `set_aside_corrupt_records` names each one in one line and moves it to `<record>.corrupt`; those
+  files are inputs of the aggregation (`corrupt_copies`), whose changed set of inputs makes Snakemake
+  rerun it, and so the run of the now missing record, which it needs.
+The functions return the one-line messages they have for the user; none raises on a damaged file.
 """
 from __future__ import annotations
 
@@ -107,7 +110,8 @@ def claim_lock(workdir: str | os.PathLike = ".") -> None:
 
 
 def set_aside_corrupt_records(paths: Iterable[str | os.PathLike]) -> list[str]:
-    """Rename every existing record among ``paths`` that is unreadable or invalid to ``<path>.corrupt``."""
+    """Rename each existing record among ``paths`` that is unreadable or invalid to ``<path>.corrupt``;
+    one line for each."""
     messages = []
     for path in map(Path, paths):
         if not path.exists():
@@ -115,12 +119,23 @@ def set_aside_corrupt_records(paths: Iterable[str | os.PathLike]) -> list[str]:
         try:
             validate_record(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:  # JSON and UTF-8 decoding errors are ValueErrors
-            aside = path.with_name(path.name + CORRUPT_SUFFIX)
+            aside = corrupt_copy(path)
             os.replace(path, aside)
             reason = " ".join(str(exc).split())
             messages.append(f"cherry workflow: record {path} is corrupt ({reason}); "
                             f"moved to {aside.name}, its run is redone")
     return messages
+
+
+def corrupt_copy(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    return path.with_name(path.name + CORRUPT_SUFFIX)
+
+
+def corrupt_copies(paths: Iterable[str | os.PathLike]) -> list[str]:
+    """The ``<record>.corrupt`` files that exist for ``paths``: extra inputs of the aggregation, so that
+    a new one changes its set of inputs and Snakemake reruns it, and with it the missing record."""
+    return [str(corrupt_copy(path)) for path in paths if corrupt_copy(path).exists()]
 
 
 def owner_of(workdir: str | os.PathLike = ".") -> Optional[dict]:
