@@ -106,7 +106,8 @@ def claim_lock(workdir: str | os.PathLike = ".") -> None:
     if _lock_files(workdir):
         return
     pid = os.getpid()
-    write_json_atomic(workdir / OWNER_FILE, {"host": socket.gethostname(), "pid": pid, "start": process_start(pid)})
+    owner = {"host": socket.gethostname(), "pid": pid, "start": process_start(pid)}
+    write_json_atomic(workdir / OWNER_FILE, owner)
 
 
 def set_aside_corrupt_records(paths: Iterable[str | os.PathLike]) -> list[str]:

@@ -2,11 +2,12 @@
 
 Invariants: a cache directory exists only complete (it is written in a temporary sibling directory and
 renamed into place, so an interruption leaves no half-written cache; the sibling's name carries the
-writer's host and pid, and the next writer removes siblings whose writer has died, e.g. by kill -9); ``manifest.json`` records the
-sha256, size, shape and dtype of every file; `load_cache` refuses a file whose size or checksum differs
-from the manifest, naming the file. Large arrays are memory-mapped copy-on-write (``mmap_mode='c'``):
-pages load lazily and an accidental in-place write cannot corrupt the cache (a read-only mapping would
-turn such a write into a segfault once wrapped by ``torch.from_numpy``).
+writer's host and pid, and the next writer removes siblings whose writer died, e.g. by kill -9);
+``manifest.json`` records the sha256, size, shape and dtype of every file; `load_cache` refuses a file
+whose size or checksum differs from the manifest, naming the file. Large arrays are memory-mapped
+copy-on-write (``mmap_mode='c'``): pages load lazily and an accidental in-place write cannot corrupt
+the cache (a read-only mapping would turn such a write into a segfault once wrapped by
+``torch.from_numpy``).
 """
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ def _writer_alive(host: str | None, pid: int | None) -> bool:
 def remove_stale_temps(target: Path) -> list[Path]:
     """Delete the temporary siblings of ``target`` left by dead writers (see `temp_sibling`)."""
     target = Path(target)
-    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(?:tmp|old)-(?:(?P<host>.+)-(?P<pid>\d+)-)?[0-9a-f]{{8}}$")
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(?:tmp|old)-"
+                         r"(?:(?P<host>.+)-(?P<pid>\d+)-)?[0-9a-f]{8}$")
     removed = []
     for sibling in target.parent.glob(f".{target.name}.*"):
         match = pattern.match(sibling.name)
@@ -76,7 +78,10 @@ def remove_stale_temps(target: Path) -> list[Path]:
             continue
         pid = int(match["pid"]) if match["pid"] else None
         if not _writer_alive(match["host"], pid):
-            shutil.rmtree(sibling, ignore_errors=True) if sibling.is_dir() else sibling.unlink(missing_ok=True)
+            if sibling.is_dir():
+                shutil.rmtree(sibling, ignore_errors=True)
+            else:
+                sibling.unlink(missing_ok=True)
             removed.append(sibling)
     return removed
 

@@ -41,16 +41,23 @@ def test_only_dead_writers_temps_are_removed(tmp_path):
     assert str(os.getpid()) in live.name and host in live.name
 
 
-def test_swap_tolerates_a_second_writer_that_placed_the_target_first(tmp_path):
-    target = tmp_path / "cache"
-    first, second = tmp_path / "first", tmp_path / "second"
-    for path, text in ((first, "1"), (second, "2")):
-        path.mkdir()
-        (path / "x").write_text(text)
-    swap_into_place(first, target)
-    swap_into_place(second, target)
-    assert (target / "x").read_text() == "2"
-    assert hidden_entries(tmp_path) == [] and not first.exists() and not second.exists()
+def test_swap_tolerates_a_second_writer_that_placed_the_target_first(tmp_path, monkeypatch):
+    target, ours = tmp_path / "cache", tmp_path / "ours"
+    ours.mkdir()
+    (ours / "x").write_text("ours")
+    rename, raced = os.rename, []
+
+    def racing_rename(src, dst):  # another writer places its complete copy just before ours lands
+        if Path(src) == ours and not raced:
+            raced.append(True)
+            target.mkdir()
+            (target / "x").write_text("theirs")
+        rename(src, dst)
+
+    monkeypatch.setattr("cherry.data.cache.os.rename", racing_rename)
+    swap_into_place(ours, target)
+    assert (target / "x").read_text() == "ours"
+    assert hidden_entries(tmp_path) == [] and not ours.exists()
 
 
 def test_prepare_killed_mid_write_leaves_no_temporary_folder_after_the_next_prepare(tmp_path):
