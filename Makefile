@@ -23,10 +23,10 @@ run: install
 	$(VENV)/bin/snakemake --cores all
 
 test: install
-	$(PY) -m pytest -q -m "not slurm"
+	$(PY) -m pytest -q
 
 # A one-node SLURM on this machine (root, Debian: apt-get), then the workflow through the SLURM
-# profile (tests/workflow/test_slurm.py). Where SLURM cannot start, the test skips with the reason.
+# profile (tests/workflow/test_slurm.py; `make test` runs it too where a SLURM answers, else skips it).
 test-slurm: install
 	bash workflow/scripts/slurm_local.sh || echo "SLURM did not start here: the SLURM test will skip"
 	$(PY) -m pytest -q -m slurm tests/workflow/test_slurm.py
