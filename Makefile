@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test gpu-check lint clean
+.PHONY: install run test test-slurm gpu-check lint clean
 
 install: $(STAMP)
 
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml workflow/scripts/install_pyg_sampling.sh
 	@# Keep a CUDA torch if one is importable; otherwise the CPU build that lies on disk.
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null \
 	  || $(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet --no-build-isolation -e ".[test,dgl]"
+	$(PIP) install --quiet --no-build-isolation -e ".[test,dgl,slurm]"
 	@# PyG's NeighborLoader backend: wheels cached outside the repo, built from source on a miss.
 	bash workflow/scripts/install_pyg_sampling.sh $(PY) \
 	  || echo "WARNING: PyG's sampling backend is not installed; pyg runs will be recorded as skipped"
@@ -27,6 +27,12 @@ run: install
 
 test: install
 	$(PY) -m pytest -q
+
+# A one-node SLURM on this machine (root, Debian: apt-get), then the workflow through the SLURM
+# profile (tests/workflow/test_slurm.py; `make test` runs it too where a SLURM answers, else skips it).
+test-slurm: install
+	bash workflow/scripts/slurm_local.sh || echo "SLURM did not start here: the SLURM test will skip"
+	$(PY) -m pytest -q -m slurm tests/workflow/test_slurm.py
 
 gpu-check:
 	bash workflow/scripts/gpu_check.sh

@@ -4,6 +4,10 @@
 #   snakemake --cores all --configfile config/paper.yaml --profile workflow/profiles/gpu
 #   snakemake --report results/report.html                  HTML report of the figures
 #
+# After a crash or `kill -9`, the same command resumes: profiles/default (read by Snakemake itself)
+# redoes incomplete jobs, and the block after `include: common.smk` releases a dead Snakemake's lock
+# and sets corrupt records aside (cherry.bench.recovery) so that their runs are redone.
+#
 # The config is checked against workflow/schemas/config.schema.yaml, and every run it implies is
 # checked against the run schema, before any job runs; a bad config stops here with one line.
 import sys
@@ -12,6 +16,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 from cherry.bench.experiments import describe_config_error
+from cherry.bench.recovery import claim_lock, release_stale_lock, set_aside_corrupt_records
 
 min_version("9.0")
 
@@ -32,6 +37,13 @@ except WorkflowError:
 
 
 include: "workflow/rules/common.smk"
+
+
+# Only the main Snakemake process recovers; cluster job steps and subprocesses parse this file too.
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    for message in release_stale_lock() + set_aside_corrupt_records(record_paths()):
+        print(message, file=sys.stderr)
+    claim_lock()
 
 
 rule all:

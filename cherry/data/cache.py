@@ -64,13 +64,16 @@ def _process_alive(pid: int) -> bool:
 def remove_stale_temps(target: Path) -> list[Path]:
     """Delete temporary / replaced siblings of ``target`` whose writer died on this host; return them."""
     target = Path(target)
-    pattern = re.compile(rf"\.{re.escape(target.name)}\.(tmp|old)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{{8}}$")
+    # Names from before writers were recorded (``.<name>.tmp-<hex>``) belong to no live writer of this
+    # code, which always names itself: they are removed too.
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(tmp|old)-(?:(?P<host>.+)-(?P<pid>\d+)-)?[0-9a-f]{{8}}$")
     host, removed = socket.gethostname(), []
     if not target.parent.is_dir():
         return removed
     for path in target.parent.iterdir():
         match = pattern.match(path.name)
-        if match and match["host"] == host and not _process_alive(int(match["pid"])):
+        legacy = match is not None and match["pid"] is None
+        if match and (legacy or (match["host"] == host and not _process_alive(int(match["pid"])))):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
             removed.append(path)
     return removed
@@ -114,12 +117,26 @@ def write_cache(cache_dir: Path, arrays: dict[str, np.ndarray], info: dict) -> P
 
 
 def swap_into_place(new: Path, target: Path) -> None:
-    """Rename ``new`` to ``target``, replacing an existing ``target`` (moved aside, then deleted)."""
+    """Rename ``new`` to ``target``, replacing an existing ``target`` (moved aside, then deleted).
+
+    Two writers of the same target may race (a resumed workflow beside an orphaned job): each step
+    tolerates the other having moved ``target`` meanwhile, and the last complete copy wins."""
     old = None
     if target.exists():
         old = temp_sibling(target, "old")
-        os.rename(target, old)
-    os.rename(new, target)
+        try:
+            os.rename(target, old)
+        except FileNotFoundError:
+            old = None
+    try:
+        os.rename(new, target)
+    except OSError:  # another writer placed its complete copy after our move: replace it once more
+        if not target.exists():
+            raise
+        again = temp_sibling(target, "old")
+        os.rename(target, again)
+        os.rename(new, target)
+        shutil.rmtree(again, ignore_errors=True)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
