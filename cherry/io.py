@@ -32,9 +32,17 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
 def read_json(path: str | os.PathLike, what: str, error: type[Exception] = ValueError) -> Any:
     """Parse the JSON file at ``path``; an unreadable or malformed file raises ``error`` with one line
     naming ``what`` (e.g. "run spec") and the file."""
+    def no_duplicates(pairs):
+        keys = [k for k, _ in pairs]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise error(f"{what} {str(path)!r} repeats the key(s) {', '.join(map(repr, repeated))}: "
+                        "expected each key once")
+        return dict(pairs)
+
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=no_duplicates)
     except OSError as exc:
         raise error(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:

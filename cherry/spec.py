@@ -135,8 +135,10 @@ def _size(key: str, value: Any) -> Optional[int]:
 
 
 def _jsonable_input(data: Mapping[str, Any]) -> dict:
-    """Python values a caller may pass (tuples, None for "auto") as their JSON form."""
+    """Python values a caller may pass (tuples, paths, None for "auto") as their JSON form."""
     out = copy.deepcopy(dict(data))
+    if isinstance(out.get("root"), os.PathLike):
+        out["root"] = os.fspath(out["root"])
     if isinstance(out.get("fanouts"), tuple):
         out["fanouts"] = list(out["fanouts"])
     if "num_microbatches" in out and out["num_microbatches"] is None:

@@ -179,3 +179,16 @@ def datasets_used(config: Mapping[str, Any]) -> list[str]:
     names = {spec["dataset"] for spec in expand_experiments(config)}
     names.update(check["dataset"] for check in verify_checks(config).values())
     return sorted(names)
+
+
+def check_datasets_available(config: Mapping[str, Any]) -> None:
+    """Raise `ConfigError` (one line naming the dataset and the directory to populate) if a real
+    dataset the config uses is not in its data root: before any job runs, not inside one."""
+    from cherry.data.datasets import check_available
+
+    root = (config.get("data") or {}).get("root")
+    for name in datasets_used(config):
+        try:
+            check_available(name, root)
+        except (FileNotFoundError, ValueError) as exc:
+            raise ConfigError(f"invalid config: dataset {name}: {' '.join(str(exc).split())}") from None

@@ -16,10 +16,12 @@ Outcomes (the record is written in every case but a bad spec):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional
 
 from cherry.bench.runner import EXIT_BAD_SPEC, apply_process_switches, execute
+from cherry.io import check_writable
 from cherry.spec import SpecError, load_spec
 
 
@@ -31,8 +33,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         spec = load_spec(args.spec)
-    except SpecError as exc:
-        print(f"cherry.bench.run: {exc}", file=sys.stderr)
+        if os.path.realpath(args.out) == os.path.realpath(args.spec):
+            raise SpecError(f"--out {args.out!r} is the spec itself: expected another file for the record")
+        check_writable(args.out)  # before the run, so its result is not lost at the end
+    except (SpecError, ValueError) as exc:
+        print(f"cherry.bench.run: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_BAD_SPEC
     apply_process_switches(spec)
 

@@ -84,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
     from cherry.io import check_writable, write_json_atomic
 
     spec = spec_from_args(args, args._parser)
+    if spec.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device: cuda was asked for, but no CUDA device is available")
     if spec.epochs < 1:
         raise ValueError(f"--epochs: expected an integer >= 1 for training, got {spec.epochs}")
     if args.json:

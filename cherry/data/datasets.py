@@ -38,7 +38,7 @@ from cherry.data import checks
 from cherry.data.graph import Dataset, Graph
 from cherry.data.ogb_io import check_ogb_files, read_ogb, synth_meta_dict, write_synth_layout
 from cherry.data.registry import (CACHE_DIRNAME, OGB_SPECS, check_name, dir_name, ensure_writable_dir,
-                                  resolve_root, resolve_scale, synth_spec)
+                                  is_synthetic, resolve_root, resolve_scale, synth_spec)
 from cherry.data.synthetic import generate
 
 GENERATOR_VERSION = 1  # bump when the generator's output for a given spec changes
@@ -243,3 +243,15 @@ def verify_dataset(name: str, root=None, scale: float | None = None) -> dict:
     return {"name": name, "cache_dir": str(cache_dir), "files_verified": len(cache_mod.ARRAY_NAMES),
             "num_nodes": ds.graph.num_nodes, "num_edges": ds.graph.num_edges,
             "labels_checked": int(ds.labels.numel()), "features_checked": int(ds.features.numel())}
+
+
+def check_available(name: str, root=None) -> None:
+    """Raise FileNotFoundError (one line naming the directory to populate) unless ``name`` can be
+    prepared here: generated datasets always can; a real one needs its OGB files (or its cache)."""
+    check_name(name)
+    if is_synthetic(name):
+        return
+    directory = resolve_root(root) / dir_name(name)
+    if (directory / CACHE_DIRNAME / "manifest.json").is_file():
+        return
+    check_ogb_files(name, directory)

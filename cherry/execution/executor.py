@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from cherry.execution.transfer import PinnedRows, blocks_to_device
 from cherry.models.dropout import set_dropout_step, step_seed
 from cherry.probe import DeviceMemoryLike, NullProbe, Probe
-from cherry.planning import BatchShape, MemoryModel, MicrobatchPlan, plan_microbatches
+from cherry.planning import BatchShape, BudgetTooSmallError, MemoryModel, MicrobatchPlan, plan_microbatches
 from cherry.sampling import Blocks
 
 
@@ -187,11 +187,22 @@ class MicrobatchExecutor:
 
     def plan(self, blocks: Blocks, positions: Optional[torch.Tensor] = None,
              num_microbatches: Optional[int] = None, memory_model: Optional[MemoryModel] = None) -> MicrobatchPlan:
-        return plan_microbatches(
-            blocks, memory_model or self.memory_model, budget_bytes=self.options.budget_bytes,
-            num_microbatches=num_microbatches, seed_rank=self.seed_rank,
-            balance=self.options.balance, safety=self.options.safety, positions=positions,
-        )
+        """The plan of ``blocks`` (of the seeds at ``positions``). A fixed K larger than the seeds to
+        plan (an epoch's smaller last batch) is cut to one seed per micro-batch. An out-of-memory while
+        planning (the slicing itself does not fit) is a `BudgetTooSmallError`: no K can help."""
+        if num_microbatches is not None:
+            num_microbatches = min(num_microbatches, blocks.num_seeds if positions is None else positions.numel())
+        try:
+            return plan_microbatches(
+                blocks, memory_model or self.memory_model, budget_bytes=self.options.budget_bytes,
+                num_microbatches=num_microbatches, seed_rank=self.seed_rank,
+                balance=self.options.balance, safety=self.options.safety, positions=positions,
+            )
+        except torch.OutOfMemoryError as exc:
+            first = (str(exc).strip().splitlines() or ["out of memory"])[0]
+            raise BudgetTooSmallError(f"the device memory cannot hold even the planning of a batch of "
+                                      f"{blocks.num_seeds} seeds (slicing it ran out of memory: {first}); "
+                                      "give more device memory or a smaller batch") from None
 
     def plan_batch(self, blocks: Blocks, features: torch.Tensor) -> PlannedBatch:
         """Stage decision and plan of ``blocks``; safe to call on another thread during a step."""

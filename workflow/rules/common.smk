@@ -8,6 +8,7 @@ import sys
 
 from cherry.bench.experiments import (
     ConfigError,
+    check_datasets_available,
     needs_ordering,
     plan_runs,
     verify_arguments,
@@ -17,6 +18,7 @@ from cherry.bench.experiments import (
 try:
     RUNS = plan_runs(config)
     CHECKS = verify_checks(config)
+    check_datasets_available(config)  # a real dataset missing from the data root stops here, not in a job
 except ConfigError as exc:
     sys.exit(f"cherry workflow: {exc}")
 
