@@ -21,6 +21,7 @@ from typing import Optional
 import pandas as pd
 
 from cherry.report import tables as t
+from cherry.report.stats import median_ratio
 
 VERIFY_LINE = re.compile(r"K=(?P<k>\d+) vs K=1 on (?P<seeds>\d+) seeds: largest relative difference "
                          r"(?P<rel>\S+) \((?P<verdict>within|ABOVE) tolerance (?P<tol>\S+)\)")
@@ -74,29 +75,39 @@ def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     return a / b if a is not None and b else None
 
 
-def _geomean(values: list[Optional[float]]) -> Optional[float]:
-    values = [v for v in values if v]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+def _time_ratio(numerator: pd.DataFrame, denominator: pd.DataFrame):
+    """Median step-time ratio of two groups of runs with its 95% bootstrap interval (None: too few steps)."""
+    return median_ratio(t.measured_step_times(numerator), t.measured_step_times(denominator))
+
+
+def _ratio_text(r) -> str:
+    return r.text() if r is not None else "-"
 
 
 def speedup_section(frame: pd.DataFrame) -> list[str]:
     rows = frame[frame["experiment"].isin(["microbatch_cost", "breakdown"])]
-    out, ratios = [], {"betty": [], "buffalo": [], "naive": []}
+    out, verdicts = [], {"betty": [], "buffalo": [], "naive": []}
     for (experiment, case, k), group in rows.groupby(["experiment", "case", "k"], sort=False):
         if k in ("1", "auto") or "cherry" not in set(group["system"]):
             continue
-        times = {s: _median_time(group[group["system"] == s]) for s in ("cherry", "betty", "buffalo", "naive")}
-        cells = [experiment, case, k] + [_fmt(times[s]) for s in times]
+        mine = group[group["system"] == "cherry"]
+        cells = [experiment, case, k, _fmt(_median_time(mine))]
         for s in ("betty", "buffalo", "naive"):
-            r = _ratio(times[s], times["cherry"])
-            ratios[s].append(r)
-            cells.append(_fmt(r))
+            r = _time_ratio(group[group["system"] == s], mine)
+            verdicts[s].append(r.verdict if r is not None else "too few steps")
+            cells += [_ratio_text(r), r.verdict if r is not None else "-"]
         out.append(cells)
-    head = ["## Step time: cherry vs Betty, Buffalo and naive micro-batching (same batch, same K)", ""]
-    summary = ", ".join(f"{s} / cherry = {_fmt(_geomean(v))}" for s, v in ratios.items())
-    head += [f"Geometric mean over the rows below: {summary} (> 1: cherry is faster per step).", ""]
-    return head + _table(["experiment", "case", "K", "cherry s", "betty s", "buffalo s", "naive s", "betty/cherry",
-                          "buffalo/cherry", "naive/cherry"], out)
+    head = ["## Step time: cherry vs Betty, Buffalo and naive micro-batching (same batch, same K)", "",
+            "Ratio = other / cherry of median step times (per-step times pooled over repeats, warm-up "
+            "excluded) with its 95% bootstrap interval; \"within noise\" when the interval contains 1.", ""]
+    counts = []
+    for s, v in verdicts.items():
+        tally = ", ".join(f"{word} {v.count(word)}" for word in ("cherry faster", "within noise", "cherry slower")
+                          if v.count(word))
+        counts.append(f"{s}: {tally or 'no rows'}")
+    head += ["Verdicts over the rows below: " + "; ".join(counts) + ".", ""]
+    return head + _table(["experiment", "case", "K", "cherry s", "betty/cherry", "verdict", "buffalo/cherry",
+                          "verdict", "naive/cherry", "verdict"], out)
 
 
 def memory_section(frame: pd.DataFrame) -> list[str]:
@@ -171,14 +182,21 @@ def ablation_section(frame: pd.DataFrame) -> list[str]:
     out = []
     for (case, k), group in rows.groupby(["case", "k"], sort=False):
         base = group[group["variant"] == "all on"]
-        base_time, base_peak = _median_time(base), _median_peak_mib(base)
+        base_peak = _median_peak_mib(base)
         for variant, sub in group.groupby("variant", sort=False):
-            time_s, peak = _median_time(sub), _median_peak_mib(sub)
+            peak = _median_peak_mib(sub)
             red = t.column_stats(sub, "redundancy_input")
-            out.append([case, k, variant, _fmt(time_s), _fmt(_ratio(time_s, base_time)), _fmt(peak),
+            r = _time_ratio(sub, base) if variant != "all on" else None
+            verdict = "-" if variant == "all on" or r is None else r.verdict_as("the technique pays",
+                                                                                 "the technique costs")
+            out.append([case, k, variant, _fmt(_median_time(sub)), _ratio_text(r), verdict, _fmt(peak),
                         _fmt(_ratio(peak, base_peak)), _fmt(red[0] if red else None)])
-    return ["## Ablation (each technique off in turn)", ""] + _table(
-        ["case", "K", "variant", "step s", "time vs all on", "peak MiB", "peak vs all on", "redundancy"], out)
+    return ["## Ablation (each technique off in turn)", "",
+            "Time vs all on = variant / all-on median step time with its 95% bootstrap interval: above 1 the "
+            "technique pays (turning it off is slower), below 1 it costs on this device, \"within noise\" "
+            "when the interval contains 1. Peak memory and redundancy are deterministic.", ""] + _table(
+        ["case", "K", "variant", "step s", "time vs all on", "verdict", "peak MiB", "peak vs all on", "redundancy"],
+        out)
 
 
 def status_section(frame: pd.DataFrame) -> list[str]:
@@ -196,9 +214,14 @@ def render_summary(frame: pd.DataFrame, verify_paths: list[str]) -> str:
     devices = ", ".join(sorted(set(str(d) for d in frame["device_name"].dropna()))) or "unknown"
     lines = ["# Cherry benchmark summary", "",
              f"{len(frame)} runs from the workflow's run table; commit {sha}; device {devices}.", ""]
-    for section in (speedup_section(frame), memory_section(frame), wall_section(frame),
-                    verify_section(verify_paths), estimator_section(frame), convergence_section(frame),
-                    ablation_section(frame), status_section(frame)):
+    lines += ["# Timed results", "",
+              "Timed runs never overlap (the workflow's `timed_runs` resource) and repeats are interleaved "
+              "across systems; every ratio carries its 95% bootstrap interval.", ""]
+    for section in (speedup_section(frame), ablation_section(frame)):
+        lines += section
+    lines += ["# Deterministic results", "", "Memory peaks, K, redundancy and gradient error: no repeats needed.", ""]
+    for section in (memory_section(frame), wall_section(frame), verify_section(verify_paths),
+                    estimator_section(frame), convergence_section(frame), status_section(frame)):
         lines += section
     return "\n".join(lines).rstrip() + "\n"
 

@@ -31,6 +31,10 @@ envvars:
 
 os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 THREADS = config.get("threads", 1)  # Snakemake exports it as OMP_NUM_THREADS of each job
+# Experiments whose step times are compared (their runs must not overlap); the others measure memory,
+# K or accuracy, which other jobs beside them do not change (sensitivity: its peaks are the point;
+# its times are indicative).
+TIMED_EXPERIMENTS = ("microbatch_cost", "breakdown", "ablation")
 DATA_ROOT = (config.get("data") or {}).get("root")
 # The project's environment for `--software-deployment-method conda` (jobs run in the current
 # environment otherwise).
@@ -103,6 +107,18 @@ def spec_text(wildcards):
 def run_gpus(wildcards):
     """1 for a run on a GPU: with `--resources gpu=N` Snakemake runs at most N at once."""
     return 1 if RUNS[wildcards.run]["device"] == "cuda" else 0
+
+
+def run_timed(wildcards):
+    """1 for a CPU run whose step times are compared (the profile's `timed_runs=1` keeps them apart)."""
+    spec = RUNS[wildcards.run]
+    return 1 if spec["device"] == "cpu" and spec["experiment"] in TIMED_EXPERIMENTS else 0
+
+
+def run_priority(wildcards):
+    """Repeat 0 of every run first, then repeat 1, ...: repeats interleave across systems instead of
+    running back to back, so a slow minute of a shared machine spreads over all systems."""
+    return max(0, 100 - RUNS[wildcards.run]["repeat"])
 
 
 def check_gpus(wildcards):

@@ -29,8 +29,10 @@ rule run_benchmark:
     log:
         "results/logs/runs/{run}.log",
     threads: THREADS
+    priority: run_priority
     resources:
         gpu=run_gpus,
+        timed_runs=run_timed,
     conda:
         CONDA_ENV
     shell:
