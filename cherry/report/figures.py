@@ -340,13 +340,18 @@ FIGURES: dict[str, Callable[[pd.DataFrame], object]] = {
 
 def render(name: str, frame: pd.DataFrame, png: Optional[str], pdf: Optional[str]) -> None:
     """Draw figure ``name`` from ``frame`` and write it (atomically) as PNG and/or PDF."""
-    from cherry.io import write_bytes_atomic
-
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; expected one of: {', '.join(FIGURES)}")
     fig = FIGURES[name](frame)
     if not fig.get_tight_layout():
         fig.tight_layout()
+    save_figure(fig, png, pdf)
+
+
+def save_figure(fig, png: Optional[str], pdf: Optional[str]) -> None:
+    """Write ``fig`` atomically as PNG and/or PDF (130 dpi) and close it: every figure's way out."""
+    from cherry.io import write_bytes_atomic
+
     for path, fmt in ((png, "png"), (pdf, "pdf")):
         if path:
             buffer = io.BytesIO()

@@ -9,12 +9,11 @@ planner's median planning time over the whole file. Files are written atomically
 from __future__ import annotations
 
 import argparse
-import io
 import statistics
 import sys
 from typing import Optional
 
-from cherry.report.figures import _log2_axis, _plt
+from cherry.report.figures import _log2_axis, _plt, save_figure
 from cherry.report.figures import _style as system_style
 
 EXTRA_STYLES = {"contiguous": ("#e59866", "x"), "random": ("#7f8c8d", "v")}
@@ -72,17 +71,9 @@ def draw_redundancy_per_degree_law(rows: list[dict]):
 
 def render(rows: list[dict], png: Optional[str] = None, pdf: Optional[str] = None) -> None:
     """Draw the figure of ``rows`` and write it atomically as PNG and/or PDF."""
-    from cherry.io import write_bytes_atomic
-
     if not png and not pdf:
         raise ValueError("give a png and/or a pdf path")
-    fig = draw_redundancy_per_degree_law(rows)
-    for path, fmt in ((png, "png"), (pdf, "pdf")):
-        if path:
-            buffer = io.BytesIO()
-            fig.savefig(buffer, format=fmt, dpi=130)
-            write_bytes_atomic(path, buffer.getvalue())
-    _plt().close(fig)
+    save_figure(draw_redundancy_per_degree_law(rows), png, pdf)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -64,10 +64,10 @@ def assert_every_record_once(workdir: Path, runs: dict) -> None:
     for run in runs:
         record = json.loads((records_dir(workdir) / f"{run}.json").read_text())
         validate_record(record)
-        assert record["spec_id"] == run
+        assert record["run_id"] == run
     table = pd.read_csv(workdir / "results" / "records" / "runs.csv")
-    assert sorted(table["spec_id"]) == sorted(runs)  # none lost, none duplicated
-    assert sorted(pd.read_parquet(workdir / "results" / "records" / "runs.parquet")["spec_id"]) == sorted(runs)
+    assert sorted(table["run_id"]) == sorted(runs)  # none lost, none duplicated
+    assert sorted(pd.read_parquet(workdir / "results" / "records" / "runs.parquet")["run_id"]) == sorted(runs)
 
 
 @pytest.fixture(scope="module")

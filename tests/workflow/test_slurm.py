@@ -78,9 +78,9 @@ def test_tiny_workflow_runs_to_the_end_through_the_slurm_profile(tmp_path):
     for run in runs:
         record = json.loads((tmp_path / "results" / "records" / "runs" / f"{run}.json").read_text())
         validate_record(record)
-        assert record["spec_id"] == run and record["status"] == "ok"
+        assert record["run_id"] == run and record["status"] == "ok"
     table = pd.read_csv(tmp_path / "results" / "records" / "runs.csv")
-    assert sorted(table["spec_id"]) == sorted(runs)
+    assert sorted(table["run_id"]) == sorted(runs)
     assert (tmp_path / "results" / "summary.md").exists()
     for name in ("microbatch_cost", "redundancy"):
         assert (tmp_path / "results" / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,4 +1,5 @@
-# One rule draws every figure (its caption in the HTML report is workflow/report/<figure>.rst); each is
+# One rule draws every figure (its caption in the HTML report: its section of workflow/report/figure.rst,
+# chosen by the {figure} wildcard); each is
 # drawn from the table alone by `python -m cherry.report.figures NAME`, as PNG and PDF. Which figures
 # exist, and which experiment feeds each, is FIGURES in common.smk.
 
@@ -9,7 +10,7 @@ rule draw_figure:
     output:
         png=report(
             "results/figures/{figure}.png",
-            caption="../report/{figure}.rst",
+            caption="../report/figure.rst",
             category="Figures",
             labels={"figure": "{figure}"},
         ),
