@@ -162,8 +162,8 @@ def launch(fn: Callable[..., Any], args: Sequence[Any] = (), nproc: int = 2, tim
     """Run ``fn(*args)`` in ``nproc`` spawned ranks of one world on this machine; return their values
     in rank order. ``fn`` and ``args`` must pickle (a module-level function, plain values).
 
-    CPU threads: without ``OMP_NUM_THREADS``, each rank gets ``cpu_count // nproc`` threads, so N ranks
-    share the machine's cores instead of oversubscribing them. A rank that raises or dies ends the job:
+    CPU threads: the ranks share the job's cores (``OMP_NUM_THREADS``, else the machine's): each gets
+    ``cores // nproc`` threads (at least one) instead of oversubscribing them. A rank that raises or dies ends the job:
     `RankFailed` (one line) after at most ``grace_s``; ``timeout_s`` bounds the whole job.
     """
     import multiprocessing
@@ -175,7 +175,9 @@ def launch(fn: Callable[..., Any], args: Sequence[Any] = (), nproc: int = 2, tim
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
-    threads = 0 if "OMP_NUM_THREADS" in os.environ else max(1, (os.cpu_count() or 1) // nproc)
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    cores = int(omp) if omp.isdigit() and int(omp) > 0 else (os.cpu_count() or 1)
+    threads = max(1, cores // nproc)
     procs = [ctx.Process(target=_rank_main, args=(r, nproc, port, threads, fn, tuple(args), results),
                          name=f"cherry-rank-{r}", daemon=False) for r in range(nproc)]
     for p in procs:

@@ -46,7 +46,12 @@ class CherrySystem(System):
             if os.environ.get("CHERRY_NO_EXT", "") in ("", "0") or extension_available():
                 raise ValueError("cherry option native_ops=false needs CHERRY_NO_EXT=1 before the extension "
                                  "loads; run through `python -m cherry.bench.run`, which sets it")
-        self.trainer = Trainer(dataset, spec, memory=memory, probe=probe)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():  # one rank of nproc
+            from cherry.execution.distributed import DistributedTrainer
+
+            self.trainer = DistributedTrainer(dataset, spec, memory=memory, probe=probe)
+        else:
+            self.trainer = Trainer(dataset, spec, memory=memory, probe=probe)
 
     def prepare(self, seeds: torch.Tensor, generator: torch.Generator):
         return self.trainer.prepare(seeds, generator)

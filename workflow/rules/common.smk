@@ -98,9 +98,14 @@ def spec_text(wildcards):
     return json.dumps(RUNS[wildcards.run], indent=2, sort_keys=True)
 
 
+def run_threads(wildcards):
+    """Cores of a run: THREADS per data-parallel rank (cherry.launch splits them among the ranks)."""
+    return THREADS * RUNS[wildcards.run].get("nproc", 1)
+
+
 def run_gpus(wildcards):
-    """1 for a run on a GPU: with `--resources gpu=N` Snakemake runs at most N at once."""
-    return 1 if RUNS[wildcards.run]["device"] == "cuda" else 0
+    """A run's GPUs (one per rank; with `--resources gpu=N` Snakemake runs at most N at once)."""
+    return RUNS[wildcards.run].get("nproc", 1) if RUNS[wildcards.run]["device"] == "cuda" else 0
 
 
 def check_gpus(wildcards):
