@@ -118,3 +118,33 @@ def test_an_unrecoverable_out_of_memory_on_one_rank_stops_every_rank_together(sy
     spec = _spec(data_root, aggr="lstm", num_microbatches=1)  # a fixed K never re-plans
     with pytest.raises(RankFailed, match=r"MicrobatchOutOfMemoryError: rank 1: .*out of memory"):
         launch(rank_check, (spec.to_dict(), 2, {1: 1 << 20}), 2, timeout_s=60)
+
+
+def test_rank_records_merge_into_one_with_the_cause_of_a_failure():
+    from cherry.bench.ranks import merge_rank_records
+
+    ok = {"status": "ok", "reason": None, "peak_tracked_bytes": 10, "peak_reserved_bytes": None,
+          "process_peak_rss_bytes": 5}
+    merged = merge_rank_records([ok, {**ok, "peak_tracked_bytes": 30}])
+    assert merged["nproc"] == 2 and merged["status"] == "ok"
+    assert merged["rank_peak_tracked_bytes"] == [10, 30] and merged["peak_tracked_bytes"] == 30
+    assert merged["rank_peak_reserved_bytes"] == [None, None] and merged["peak_reserved_bytes"] is None
+    peer = {**ok, "status": "error", "reason": "RuntimeError: Connection closed by peer"}
+    cause = {**ok, "status": "oom", "reason": "out of memory"}
+    assert merge_rank_records([peer, cause])["reason"] == "rank 1: out of memory"
+    assert merge_rank_records([ok, None])["status"] == "error"
+
+
+def test_a_benchmark_run_of_two_ranks_writes_one_record(synth_tiny, data_root, tmp_path):
+    from cherry.bench.record import validate_record
+    from cherry.bench.runner import execute
+
+    spec = _spec(data_root, epochs=0, steps=2, warmup=1)
+    out = tmp_path / "record.json"
+    assert execute(spec, str(out), lambda line: None) == 0
+    record = json.loads(out.read_text())
+    validate_record(record)
+    assert record["status"] == "ok" and record["nproc"] == 2 and record["steps_completed"] == 3
+    assert len(record["rank_peak_tracked_bytes"]) == 2 and all(record["rank_peak_tracked_bytes"])
+    assert record["num_microbatches_max"] == 2
+    assert list(tmp_path.iterdir()) == [out]  # the rank records were merged and removed
