@@ -34,7 +34,7 @@ class CherrySystem(System):
         """Compute (or load from the dataset's cache) the seed ordering, outside the device memory."""
         from cherry.planning import seed_rank
 
-        if spec.num_microbatches != 1:
+        if spec.num_microbatches != 1 or spec.nproc > 1:  # ranks split the batch along it too
             seed_rank(dataset, spec.ordering, spec.seed)
 
     def __init__(self, dataset: Dataset, spec: RunSpec, device: torch.device, memory, probe) -> None:

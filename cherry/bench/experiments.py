@@ -177,8 +177,8 @@ def verify_arguments(check: Mapping[str, Any], root: Optional[str] = None) -> li
 
 
 def needs_ordering(spec: Mapping[str, Any]) -> Optional[str]:
-    """The seed ordering a run computes before training (cherry with K != 1), or None."""
-    if spec["system"] != "cherry" or spec["num_microbatches"] == 1:
+    """The seed ordering a run computes before training (cherry with K != 1 or several ranks), or None."""
+    if spec["system"] != "cherry" or (spec["num_microbatches"] == 1 and spec.get("nproc", 1) == 1):
         return None
     ordering = spec["options"]["ordering"]
     return None if ordering == "none" else ordering
