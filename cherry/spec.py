@@ -62,6 +62,7 @@ class RunSpec:
     budget_bytes: Optional[int]
     device_memory_bytes: Optional[int]
     device: str
+    nproc: int
     seed: int
     repeat: int
     steps: int
@@ -218,6 +219,10 @@ def _cross_check(s: RunSpec, entry) -> None:
     if entry.whole_batch and s.num_microbatches != 1:
         fail("num_microbatches", f"system {s.system} trains the whole batch: K must be 1 or 'auto', "
                                  f"got {s.num_microbatches}")
+    if s.nproc > 1 and s.system != "cherry":
+        fail("nproc", f"data-parallel ranks are for system cherry only, got nproc={s.nproc} for {s.system}")
+    if s.nproc > s.batch_size:
+        fail("nproc", f"{s.nproc} ranks exceed batch_size {s.batch_size}: every rank needs a seed")
     if s.num_microbatches is not None and s.num_microbatches > s.batch_size:
         fail("num_microbatches", f"{s.num_microbatches} exceeds batch_size {s.batch_size}")
 
@@ -259,7 +264,7 @@ def _slug(text: str) -> str:
 
 
 def run_id(spec: RunSpec) -> str:
-    """A readable, unique, stable name: ``<experiment>[.<axis>]-<system>-<dataset>-b<batch>-k<K>-r<repeat>-<hash>``.
+    """A readable, unique, stable name: ``<experiment>[.<axis>]-<system>-<dataset>-b<batch>[-n<ranks>]-k<K>-r<repeat>-<hash>``.
 
     The six-digit hash covers every key but ``root`` (where the data lives does not change the run),
     so two runs differing in anything else (a model, an option, a seed) get different names.
@@ -268,12 +273,15 @@ def run_id(spec: RunSpec) -> str:
         raise TypeError(f"spec has type {type(spec).__name__}: expected a RunSpec")
     data = spec.to_dict()
     data.pop("root")
+    if data["nproc"] == 1:  # added after runs were named: a one-process run keeps its old name
+        data.pop("nproc")
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:6]
     experiment = spec.experiment or "run"
     if spec.axis:
         experiment += f".{spec.axis}"
     k = "auto" if spec.num_microbatches is None else spec.num_microbatches
-    return (f"{experiment}-{spec.system}-{_slug(spec.dataset)}-b{spec.batch_size}-k{k}-r{spec.repeat}-{digest}")
+    ranks = f"-n{spec.nproc}" if spec.nproc > 1 else ""
+    return (f"{experiment}-{spec.system}-{_slug(spec.dataset)}-b{spec.batch_size}{ranks}-k{k}-r{spec.repeat}-{digest}")
 
 
 __all__ = ["BUDGET_RESERVE_FRACTION", "RunSpec", "SpecError", "load_spec", "make_spec", "resolve_budget_bytes",

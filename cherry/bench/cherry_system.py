@@ -34,7 +34,7 @@ class CherrySystem(System):
         """Compute (or load from the dataset's cache) the seed ordering, outside the device memory."""
         from cherry.planning import seed_rank
 
-        if spec.num_microbatches != 1:
+        if spec.num_microbatches != 1 or spec.nproc > 1:  # ranks split the batch along it too
             seed_rank(dataset, spec.ordering, spec.seed)
 
     def __init__(self, dataset: Dataset, spec: RunSpec, device: torch.device, memory, probe) -> None:
@@ -46,7 +46,12 @@ class CherrySystem(System):
             if os.environ.get("CHERRY_NO_EXT", "") in ("", "0") or extension_available():
                 raise ValueError("cherry option native_ops=false needs CHERRY_NO_EXT=1 before the extension "
                                  "loads; run through `python -m cherry.bench.run`, which sets it")
-        self.trainer = Trainer(dataset, spec, memory=memory, probe=probe)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():  # one rank of nproc
+            from cherry.execution.distributed import DistributedTrainer
+
+            self.trainer = DistributedTrainer(dataset, spec, memory=memory, probe=probe)
+        else:
+            self.trainer = Trainer(dataset, spec, memory=memory, probe=probe)
 
     def prepare(self, seeds: torch.Tensor, generator: torch.Generator):
         return self.trainer.prepare(seeds, generator)

@@ -16,7 +16,8 @@ from typing import Any, Iterator, Mapping, Optional
 from cherry.schemas import one_line as _one_line
 from cherry.schemas import schema_problem
 
-EXPERIMENTS = ("memory_wall", "microbatch_cost", "breakdown", "convergence", "sensitivity", "ablation")
+EXPERIMENTS = ("memory_wall", "microbatch_cost", "breakdown", "convergence", "sensitivity", "ablation",
+               "distributed")
 SENSITIVITY_AXES = ("aggr", "layers", "hidden", "fanout")
 
 
@@ -79,6 +80,13 @@ def _ablation(case: dict) -> Iterator[tuple[str, dict]]:
             yield None, {"system": "cherry", "num_microbatches": k, "options": options}
 
 
+def _distributed(case: dict) -> Iterator[tuple[Optional[str], dict]]:
+    """Cherry at each K on each number of data-parallel ranks (the same logical batch each time)."""
+    for k in case["num_microbatches"]:
+        for nproc in case["nproc"]:
+            yield None, {"system": "cherry", "num_microbatches": k, "nproc": nproc}
+
+
 def _case_runs(experiment: str, case: dict, base: dict) -> Iterator[tuple[str, dict]]:
     if experiment == "memory_wall":
         return _memory_wall(case)
@@ -86,6 +94,8 @@ def _case_runs(experiment: str, case: dict, base: dict) -> Iterator[tuple[str, d
         return _sensitivity(case, base)
     if experiment == "ablation":
         return _ablation(case)
+    if experiment == "distributed":
+        return _distributed(case)
     return _grid(case)
 
 
@@ -167,8 +177,8 @@ def verify_arguments(check: Mapping[str, Any], root: Optional[str] = None) -> li
 
 
 def needs_ordering(spec: Mapping[str, Any]) -> Optional[str]:
-    """The seed ordering a run computes before training (cherry with K != 1), or None."""
-    if spec["system"] != "cherry" or spec["num_microbatches"] == 1:
+    """The seed ordering a run computes before training (cherry with K != 1 or several ranks), or None."""
+    if spec["system"] != "cherry" or (spec["num_microbatches"] == 1 and spec.get("nproc", 1) == 1):
         return None
     ordering = spec["options"]["ordering"]
     return None if ordering == "none" else ordering

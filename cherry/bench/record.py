@@ -209,6 +209,9 @@ def build_record(spec: RunSpec, m: RunMeasurements, prov: Optional[dict] = None)
         "peak_tracked_bytes": m.peak_tracked_bytes, "peak_reserved_bytes": m.peak_reserved_bytes,
         "nvml_peak_bytes": m.nvml_peak_bytes, "nvml_baseline_bytes": m.nvml_baseline_bytes,
         "process_peak_rss_bytes": m.process_peak_rss_bytes,
+        # one entry per rank; cherry.bench.ranks fills them from every rank's record for nproc > 1
+        "nproc": spec.nproc, "rank_peak_tracked_bytes": [m.peak_tracked_bytes],
+        "rank_peak_reserved_bytes": [m.peak_reserved_bytes], "rank_process_peak_rss_bytes": [m.process_peak_rss_bytes],
         "redundancy_per_layer": redundancy, "redundancy_input": redundancy[0] if redundancy else None,
         "estimated_peak_bytes": max(estimates) if estimates else None,
         "estimator_median_rel_error": _num(statistics.median(errors)) if errors else None,

@@ -254,8 +254,14 @@ class _Run:
 
 
 def execute(spec: RunSpec, out_path: str, log: Callable[[str], None]) -> int:
-    """Run ``spec``, write its record to ``out_path``; returns the exit code (0, or 1 for an error)."""
+    """Run ``spec``, write its record to ``out_path``; returns the exit code (0, or 1 for an error).
+    A run of ``spec.nproc > 1`` ranks launches them (`cherry.bench.ranks`), each running this."""
     import sys
+
+    if spec.nproc > 1 and not torch.distributed.is_initialized():
+        from cherry.bench.ranks import execute_ranks
+
+        return execute_ranks(spec, out_path, log)
     import traceback
 
     from cherry.memory import process_peak_rss_bytes

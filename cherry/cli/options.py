@@ -35,6 +35,7 @@ _SPEC_OPTIONS: dict[str, tuple[Optional[str], Optional[str], str]] = {
     "device_memory_bytes": ("--device-memory", "SIZE", "device capacity: emulated on a CPU (a tracker raises "
                                                        "out-of-memory above it), an allocator cap on a GPU"),
     "device": (None, "cpu|cuda", "device (default cpu)"),
+    "nproc": (None, "N", "data-parallel ranks, one process each (default 1; under torchrun/srun: theirs)"),
     "seed": (None, "S", "random seed (default 0)"),
     "epochs": (None, "E", "epochs (default 1)"),
     "max_steps_per_epoch": ("--max-steps", "N", "cap on steps per epoch (for quick runs)"),
@@ -45,7 +46,7 @@ _SPEC_OPTIONS: dict[str, tuple[Optional[str], Optional[str], str]] = {
     "timeout_s": (None, "S", "wall-clock limit of a benchmark run (default 3600)"),
 }
 SPEC_OPTION_KEYS = tuple(_SPEC_OPTIONS)
-_INTEGER_KEYS = ("num_layers", "hidden", "heads", "batch_size", "seed", "epochs", "max_steps_per_epoch", "steps",
+_INTEGER_KEYS = ("num_layers", "hidden", "heads", "batch_size", "nproc", "seed", "epochs", "max_steps_per_epoch", "steps",
                  "warmup")
 _NUMBER_KEYS = ("dropout", "lr", "timeout_s")
 _FANOUTS = re.compile(r"^-?\d+(,-?\d+)*$")

@@ -3,6 +3,10 @@
 The options are the run spec's (`cherry.cli.options`). `train` runs the epochs inside the (emulated
 or real) device memory with a progress bar, and turns an out-of-memory into a result (``status:
 "oom"``, exit 3) instead of a crash; ``--json`` writes its summary as strict JSON (no NaN).
+
+Several ranks (`cherry.execution.distributed`): ``--nproc N`` starts N ranks here (`cherry.launch`);
+under ``torchrun`` or ``srun`` each process is one rank of the launcher's world. Rank 0 prints and
+writes the summary; a failed rank ends the job with one line (exit 1).
 """
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import argparse
 import math
 import statistics
 import sys
+import time
 from dataclasses import asdict
 from typing import Callable
 
@@ -40,8 +45,37 @@ def _finite(value):
     return value
 
 
+def _silent(line: str) -> None:
+    pass
+
+
+def _train_rank(spec_dict: dict, progress: bool) -> dict:
+    """The body of one rank that `cherry.launch.launch` started (module-level: it must pickle)."""
+    from cherry.spec import spec_from_dict
+
+    return train(spec_from_dict(spec_dict), progress, lambda line: print(line, flush=True))
+
+
 def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = print) -> dict:
-    """Train every epoch of ``spec``; return a JSON-able summary (``status`` ok or oom)."""
+    """Train every epoch of ``spec``; return a JSON-able summary (``status`` ok or oom).
+
+    ``spec.nproc > 1`` outside a launcher starts that many ranks here and returns rank 0's summary;
+    inside a launcher's world (torchrun, srun, or those ranks) this process trains as its rank."""
+    from cherry.launch import launch, process_group, world_from_env
+
+    world = world_from_env()
+    if world is None:
+        if spec.nproc > 1:
+            return launch(_train_rank, (spec.to_dict(), progress), spec.nproc)[0]
+        return _train(spec, progress, echo, None)
+    if spec.nproc not in (1, world.world_size):
+        raise ValueError(f"--nproc: {spec.nproc} differs from the launcher's world of {world.world_size} ranks")
+    lead = world.rank == 0
+    with process_group(world, spec.device):
+        return _train(spec, progress and lead, echo if lead else _silent, world)
+
+
+def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world) -> dict:
     import torch
     from tqdm import tqdm
 
@@ -50,10 +84,16 @@ def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = pr
     from cherry.memory import DeviceMemory
     from cherry.ops import extension_status
 
-    summary: dict = {"spec": spec.to_dict(), "status": "ok", "reason": None, "epochs": []}
+    summary: dict = {"spec": spec.to_dict(), "status": "ok", "reason": None, "epochs": [],
+                     "nproc": world.world_size if world else 1, "rank": world.rank if world else 0, "step_losses": []}
     dataset = load_dataset(spec.dataset, spec.root)
     with DeviceMemory(spec.device, spec.device_memory_bytes) as memory:
-        trainer = Trainer(dataset, spec, memory=memory)
+        if world is None:
+            trainer = Trainer(dataset, spec, memory=memory)
+        else:
+            from cherry.execution.distributed import DistributedTrainer
+
+            trainer = DistributedTrainer(dataset, spec, memory=memory)
         summary["num_parameters"] = trainer.num_parameters
         summary["native_ops"] = extension_status()
         try:
@@ -61,12 +101,14 @@ def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = pr
                 bar = tqdm(total=trainer.num_steps(epoch), desc=f"epoch {epoch}", disable=not progress, leave=False)
 
                 def on_step(stats, bar=bar):
+                    summary["step_losses"].append(stats.loss)
                     bar.update(1)
                     bar.set_postfix(loss=f"{stats.loss:.4f}", K=stats.num_microbatches)
 
+                started = time.perf_counter()
                 result = trainer.run_epoch(epoch, on_step)
                 bar.close()
-                summary["epochs"].append(asdict(result))
+                summary["epochs"].append({**asdict(result), "wall_s": time.perf_counter() - started})
                 peak = result.measured_peak_bytes
                 echo(f"epoch {epoch}: loss={result.loss:.4f} train_acc={result.train_acc:.4f} "
                      f"valid_acc={result.valid_acc:.4f} K={result.max_microbatches} "
@@ -75,6 +117,8 @@ def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = pr
             summary.update(status="oom", reason=str(exc).splitlines()[0])
         finally:
             trainer.close()
+        if world is not None:
+            summary["rank_peak_bytes"] = list(trainer.rank_peak_bytes)
         errors = trainer.memory_model.relative_errors()
         summary["estimator_median_relative_error"] = statistics.median(errors) if errors else None
     return _finite(summary)
@@ -82,6 +126,7 @@ def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = pr
 
 def run(args: argparse.Namespace) -> int:
     from cherry.io import check_writable, write_json_atomic
+    from cherry.launch import RankFailed
 
     spec = spec_from_args(args, args._parser)
     if spec.device == "cuda":
@@ -93,7 +138,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--epochs: expected an integer >= 1 for training, got {spec.epochs}")
     if args.json:
         check_writable(args.json)  # before the work, not after it
-    summary = train(spec, progress=not args.quiet, echo=lambda line: print(line, flush=True))
+    try:
+        summary = train(spec, progress=not args.quiet, echo=lambda line: print(line, flush=True))
+    except RankFailed as exc:
+        print(f"cherry: error: {exc}", file=sys.stderr)
+        return 1
+    if summary.get("rank", 0) != 0:  # under torchrun/srun: rank 0 reports
+        return 3 if summary["status"] == "oom" else 0
     if args.json:
         write_json_atomic(args.json, summary)
     if summary["status"] == "oom":

@@ -2,7 +2,9 @@
 
 The options are the run spec's (`cherry.cli.options`); ``--microbatches K`` is required. The batch is
 the run's first (`cherry.sampling.loader`), sampled once; both gradients come from the executor on
-those same blocks and weights.
+those same blocks and weights. With ``--nproc N`` the comparison is N data-parallel ranks (each with
+K micro-batches, then the all-reduce) against one process with K = 1 on the same batch
+(`cherry.execution.distributed_check`), and the ranks' parameters after a step must be identical.
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise ValueError("--device: cuda was asked for, but no CUDA device is available")
+    if spec.nproc > 1:
+        return _verify_distributed(spec, args.tolerance)
     dataset = load_dataset(spec.dataset, spec.root)
     import torch
 
@@ -59,4 +63,20 @@ def run(args: argparse.Namespace) -> int:
     ok = worst <= args.tolerance
     print(f"K={k} vs K=1 on {blocks.num_seeds} seeds: largest relative difference "
           f"{worst:.3e} ({'within' if ok else 'ABOVE'} tolerance {args.tolerance:g})")
+    return 0 if ok else 1
+
+
+def _verify_distributed(spec, tolerance: float) -> int:
+    from cherry.execution.distributed_check import compare_distributed
+
+    check = compare_distributed(spec, num_steps=2)
+    width = max(len(d.name) for d in check.differences)
+    print(f"{'parameter':<{width}}  {'max_abs_diff':>12}  {'max_rel_diff':>12}")
+    for d in check.differences:
+        print(f"{d.name:<{width}}  {d.max_abs_diff:12.3e}  {d.max_rel_diff:12.3e}")
+    ok = check.max_rel_diff <= tolerance and check.parameters_identical
+    print(f"{spec.nproc} ranks (K per rank {[k[0] for k in check.rank_microbatches]}) vs one process with K=1 on "
+          f"{spec.batch_size} seeds: largest relative difference {check.max_rel_diff:.3e} "
+          f"({'within' if check.max_rel_diff <= tolerance else 'ABOVE'} tolerance {tolerance:g}); parameters "
+          f"{'identical' if check.parameters_identical else 'DIFFERENT'} on every rank after 2 steps")
     return 0 if ok else 1

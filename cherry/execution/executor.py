@@ -341,13 +341,14 @@ class MicrobatchExecutor:
                 capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
                 self.memory_model.observe_oom(shape, capacity)
                 remaining = torch.cat(groups[k:])
+                failed_k = len(parts) - k  # micro-batches the failed plan had left
                 del parts[k:], device_parts[k:]  # free the failed plan's blocks before slicing anew
                 self._free()
                 with self.probe.phase("plan"):
                     replan = self.plan(blocks, positions=remaining)
-                    if replan.num_microbatches <= len(parts) - k:  # recalibration must make it finer
+                    if replan.num_microbatches <= failed_k:  # recalibration must make it finer
                         replan = self.plan(blocks, positions=remaining,
-                                           num_microbatches=min(remaining.numel(), 2 * (len(parts) - k)))
+                                           num_microbatches=min(remaining.numel(), 2 * failed_k))
                 groups[k:], parts[k:] = list(replan.seed_groups), list(replan.microbatches)
                 device_parts[k:] = self._to_device(parts[k:])
                 estimates[k:] = list(replan.estimated_bytes)

@@ -41,6 +41,7 @@ def tiny_config(root: Path) -> dict:
             "sensitivity": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": ["auto"]},
                              "run": {"budget_bytes": "2MiB"}, "vary": {"aggr": ["mean", "gat"]}}],
             "ablation": [{"dataset": "synth-tiny", "num_microbatches": [2], "variants": [{"pipeline": False}]}],
+            "distributed": [{"dataset": "synth-tiny", "nproc": [2], "num_microbatches": [2]}],
         },
         "verify": [{"name": "sage-mean", "dataset": "synth-tiny", "aggr": "mean", "hidden": 16, "fanouts": [5, 10],
                     "batch_size": 256, "num_microbatches": 2}],
@@ -86,6 +87,7 @@ def test_every_figure_table_summary_and_record_exists(finished):
     assert len(pd.read_parquet(results / "records" / "runs.parquet")) == len(runs)
     assert set(table["status"]) <= {"ok", "oom"}
     assert (table["status"] == "ok").sum() >= len(runs) - 2
+    assert table[table["experiment"] == "distributed"]["nproc"].tolist() == [2]
     wall = table[table["experiment"] == "memory_wall"].set_index(["system", "batch_size"])["status"]
     assert wall[("full", 512)] == "oom" and wall[("cherry", 512)] == "ok"
     summary = (results / "summary.md").read_text()

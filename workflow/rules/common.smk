@@ -34,7 +34,7 @@ THREADS = config.get("threads", 1)  # Snakemake exports it as OMP_NUM_THREADS of
 # Experiments whose step times are compared (their runs must not overlap); the others measure memory,
 # K or accuracy, which other jobs beside them do not change (sensitivity: its peaks are the point;
 # its times are indicative).
-TIMED_EXPERIMENTS = ("microbatch_cost", "breakdown", "ablation")
+TIMED_EXPERIMENTS = ("microbatch_cost", "breakdown", "ablation", "distributed")
 DATA_ROOT = (config.get("data") or {}).get("root")
 # The project's environment for `--software-deployment-method conda` (jobs run in the current
 # environment otherwise).
@@ -104,9 +104,14 @@ def spec_text(wildcards):
     return json.dumps(RUNS[wildcards.run], indent=2, sort_keys=True)
 
 
+def run_threads(wildcards):
+    """Cores of a run: THREADS per data-parallel rank (cherry.launch splits them among the ranks)."""
+    return THREADS * RUNS[wildcards.run].get("nproc", 1)
+
+
 def run_gpus(wildcards):
-    """1 for a run on a GPU: with `--resources gpu=N` Snakemake runs at most N at once."""
-    return 1 if RUNS[wildcards.run]["device"] == "cuda" else 0
+    """A run's GPUs (one per rank; with `--resources gpu=N` Snakemake runs at most N at once)."""
+    return RUNS[wildcards.run].get("nproc", 1) if RUNS[wildcards.run]["device"] == "cuda" else 0
 
 
 def run_timed(wildcards):

@@ -28,7 +28,7 @@ rule run_benchmark:
         record="results/records/runs/{run}.json",
     log:
         "results/logs/runs/{run}.log",
-    threads: THREADS
+    threads: run_threads
     priority: run_priority
     resources:
         gpu=run_gpus,
