@@ -23,7 +23,10 @@ import pandas as pd
 from cherry.report import tables as t
 from cherry.report.stats import median_ratio
 
-VERIFY_LINE = re.compile(r"K=(?P<k>\d+) vs K=1 on (?P<seeds>\d+) seeds: largest relative difference "
+# `cherry verify` ("K=4 vs K=1 on ...") and `cherry verify --nproc N` ("2 ranks (K per rank [2, 2]) vs one
+# process with K=1 on ..."; K is then the largest per-rank K)
+VERIFY_LINE = re.compile(r"(?:K=(?P<k>\d+)|\d+ ranks \(K per rank \[(?P<ks>[\d, ]+)\]\)) vs (?:one process with )?"
+                         r"K=1 on (?P<seeds>\d+) seeds: largest relative difference "
                          r"(?P<rel>\S+) \((?P<verdict>within|ABOVE) tolerance (?P<tol>\S+)\)")
 
 
@@ -42,7 +45,8 @@ def parse_verify(text: str) -> dict:
                 abs_diffs.append(float(parts[1]))
             except ValueError:
                 pass
-    return {"k": int(match["k"]), "seeds": int(match["seeds"]), "max_rel_diff": float(match["rel"]),
+    k = int(match["k"]) if match["k"] else max(int(v) for v in match["ks"].split(","))
+    return {"k": k, "seeds": int(match["seeds"]), "max_rel_diff": float(match["rel"]),
             "max_abs_diff": max(abs_diffs) if abs_diffs else None, "tolerance": float(match["tol"]),
             "within": match["verdict"] == "within"}
 

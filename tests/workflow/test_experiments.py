@@ -140,3 +140,11 @@ def test_parse_verify_reads_the_verdict_line():
     assert parse_verify(VERIFY_TEXT.replace("within", "ABOVE"))["within"] is False
     with pytest.raises(ValueError, match="no 'K="):
         parse_verify("nothing here\n")
+
+
+def test_parse_verify_reads_the_distributed_verdict_line():
+    text = VERIFY_TEXT.splitlines()[0] + "\n" + (
+        "2 ranks (K per rank [2, 3]) vs one process with K=1 on 512 seeds: largest relative difference "
+        "6.466e-07 (within tolerance 0.0001); parameters identical on every rank after 2 steps\n")
+    v = parse_verify(text)
+    assert (v["k"], v["seeds"], v["max_rel_diff"], v["within"]) == (3, 512, 6.466e-07, True)
