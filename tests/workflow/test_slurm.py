@@ -7,10 +7,8 @@ command line for the one-node cluster, as a user edits them for a site; everythi
 job status from squeue, rerun-incomplete, latency-wait) is the profile's own. The first status check
 comes after 2 s instead of the plugin's 40 s only to keep the test short.
 
-Where the 2-task distributed training job goes: once `cherry train --nproc` and its srun launch exist
-(issue 12, item 1), `test_two_task_srun_training_job` belongs in this module: `sbatch --ntasks 2
---wrap "srun python -m cherry train ..."` on synth-tiny, waited for with `squeue`, then the gradient
-of both ranks compared with the one-process run. It is not written yet because that code is not.
+`test_two_task_srun_training_job_matches_one_process` runs one distributed training job of 2 tasks
+through `srun` and compares its losses with one process's.
 """
 from __future__ import annotations
 
@@ -84,3 +82,28 @@ def test_tiny_workflow_runs_to_the_end_through_the_slurm_profile(tmp_path):
     assert (tmp_path / "results" / "summary.md").exists()
     for name in ("microbatch_cost", "redundancy"):
         assert (tmp_path / "results" / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_two_task_srun_training_job_matches_one_process(tmp_path):
+    """`srun -n 2 cherry train ...`: SLURM starts the two ranks (cherry.launch reads SLURM_PROCID and
+    SLURM_STEP_NUM_TASKS); their losses equal one process's on the same logical batches."""
+    reason = slurm_missing()
+    if reason:
+        pytest.skip(reason)
+    import os
+
+    env = dict(os.environ, CHERRY_DATA=str(tmp_path / "data"), MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1")
+    subprocess.run([sys.executable, "-m", "cherry", "data", "prepare", "synth-tiny"], env=env, check=True,
+                   capture_output=True, timeout=300)  # once, before two ranks would both prepare it
+    train = [sys.executable, "-m", "cherry", "train", "--dataset", "synth-tiny", "--hidden", "16", "--fanouts",
+             "5,10", "--batch-size", "256", "--epochs", "1", "--max-steps", "3", "--no-eval", "--quiet"]
+    two, one = tmp_path / "two.json", tmp_path / "one.json"
+    proc = subprocess.run(["srun", "-n", "2", "-p", "cpu", "--mem=2000", *train, "--json", str(two)], env=env,
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    subprocess.run([*train, "--json", str(one)], env=env, check=True, capture_output=True, timeout=600, cwd=REPO)
+    ranks, single = json.loads(two.read_text()), json.loads(one.read_text())
+    assert ranks["status"] == "ok" and ranks["nproc"] == 2 and len(ranks["rank_peak_bytes"]) == 2
+    assert len(ranks["step_losses"]) == len(single["step_losses"]) == 3
+    for a, b in zip(ranks["step_losses"], single["step_losses"]):
+        assert abs(a - b) <= 1e-5 * abs(b), (ranks["step_losses"], single["step_losses"])
