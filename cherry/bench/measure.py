@@ -2,10 +2,12 @@
 
 `TimingProbe` implements the engine's ``probe.phase(name)``. Time is *exclusive*: when a phase opens
 inside another, the outer one stops accumulating until the inner one closes, so the phases of a step
-never add up to more than its total; the remainder is reported as ``other``. On CUDA the device is
-synchronised before every clock reading (``time.perf_counter``), so a phase is charged with the
-kernels it launched rather than with whatever happened to be pending. This costs some overlap of a
-pipelined preparation with compute, equally for every system.
+never add up to more than its total; the remainder is reported as ``other``. On the CPU a phase edge
+reads ``time.perf_counter``. On CUDA it records a timing event on the calling thread's current stream
+(no host wait), and the step's edges are resolved into seconds once, at `TimingProbe.end_step`, after
+one wait for the step's last event: a phase is charged with the stream time between its edges (the
+kernels it launched, and any idle gap while the host worked), the side-stream preparation keeps
+overlapping compute, and there is one synchronisation per step instead of one per phase edge.
 
 `RunPeakMemory` wraps a `cherry.memory.DeviceMemory` for the systems: engines reset the peak around
 each micro-batch, which would lose the run's peak; the wrapper folds each window's peak into a
@@ -55,25 +57,59 @@ def summarize(values: Sequence[float], warmup: int = 0) -> dict[str, Optional[fl
             "p90": _percentile(kept, 0.90), "mean": statistics.fmean(kept)}
 
 
+class _HostClock:
+    """Phase edges as ``time.perf_counter`` readings."""
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def wait(self, last, marks) -> None:
+        pass
+
+    def seconds(self, begin, end) -> float:
+        return end - begin
+
+
+class _EventClock:
+    """Phase edges as CUDA timing events on the current stream, resolved after one wait per step.
+
+    ``event_factory`` makes an event (``torch.cuda.Event(enable_timing=True)`` by default; tests pass
+    a fake with ``record()``, ``synchronize()``, ``query()`` and ``elapsed_time(other)`` in ms)."""
+
+    def __init__(self, event_factory=None) -> None:
+        self._factory = event_factory or (lambda: torch.cuda.Event(enable_timing=True))
+
+    def mark(self):
+        event = self._factory()
+        event.record()  # on the calling thread's current stream: no host wait
+        return event
+
+    def wait(self, last, marks) -> None:
+        last.synchronize()  # the step's one host wait
+        for event in marks:  # an edge recorded on another stream (a side-stream phase) may be later
+            if not event.query():
+                event.synchronize()
+
+    def seconds(self, begin, end) -> float:
+        return begin.elapsed_time(end) / 1000.0
+
+
 class TimingProbe:
     """Times steps and their phases (see module docstring).
 
     Use: ``start_step()``, the system's step (calling ``phase(name)``), ``end_step()``. A phase
     outside a step is not timed (construction, evaluation). Phase names must be in `PHASES`.
+    ``event_factory`` (CUDA only) replaces ``torch.cuda.Event`` (for tests without a GPU).
     """
 
-    def __init__(self, device: torch.device | str = "cpu") -> None:
+    def __init__(self, device: torch.device | str = "cpu", event_factory=None) -> None:
         self.device = torch.device(device)
+        self._clock = _EventClock(event_factory) if self.device.type == "cuda" else _HostClock()
         self.steps: list[StepTiming] = []
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._step_start: Optional[float] = None
-        self._current: Optional[dict[str, float]] = None
-
-    def _now(self) -> float:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter()
+        self._step_start = None
+        self._segments: Optional[list] = None  # (phase, begin edge, end edge) of the open step
 
     def _stack(self) -> list:
         stack = getattr(self._local, "stack", None)
@@ -84,24 +120,32 @@ class TimingProbe:
     def start_step(self) -> None:
         if self._step_start is not None:
             raise RuntimeError("start_step() called twice without end_step()")
-        self._current = {name: 0.0 for name in PHASES}
-        self._step_start = self._now()
+        self._segments = []
+        self._step_start = self._clock.mark()
 
     def end_step(self) -> StepTiming:
         """Close the step; returns (and keeps) its timing."""
         if self._step_start is None:
             raise RuntimeError("end_step() called without start_step()")
-        total = self._now() - self._step_start
-        phases = dict(self._current)
+        end = self._clock.mark()
+        with self._lock:
+            segments, self._segments = self._segments, None
+        self._clock.wait(end, [m for seg in segments for m in seg[1:]])
+        total = self._clock.seconds(self._step_start, end)
+        phases = {name: 0.0 for name in PHASES}
+        for name, begin, stop in segments:
+            phases[name] += self._clock.seconds(begin, stop)
         phases[OTHER] = max(total - sum(phases.values()), 0.0)
         timing = StepTiming(total_s=total, phases_s=phases)
         self.steps.append(timing)
-        self._step_start, self._current = None, None
+        self._step_start = None
         return timing
 
     def abort_step(self) -> None:
         """Drop an unfinished step (it ended in an out-of-memory or a timeout)."""
-        self._step_start, self._current = None, None
+        with self._lock:
+            self._segments = None
+        self._step_start = None
         self._local.stack = []
 
     @contextmanager
@@ -112,24 +156,24 @@ class TimingProbe:
             yield
             return
         stack = self._stack()
-        now = self._now()
+        now = self._clock.mark()
         if stack:  # pause the enclosing phase: time is exclusive
             outer, since = stack[-1]
-            self._charge(outer, now - since)
+            self._charge(outer, since, now)
         stack.append([name, now])
         try:
             yield
         finally:
-            end = self._now()
+            end = self._clock.mark()
             inner, since = stack.pop()
-            self._charge(inner, end - since)
+            self._charge(inner, since, end)
             if stack:
                 stack[-1][1] = end
 
-    def _charge(self, name: str, seconds: float) -> None:
+    def _charge(self, name: str, begin, end) -> None:
         with self._lock:
-            if self._current is not None:
-                self._current[name] += seconds
+            if self._segments is not None:
+                self._segments.append((name, begin, end))
 
     def step_times_s(self) -> list[float]:
         return [s.total_s for s in self.steps]
