@@ -71,6 +71,11 @@ class CherrySystem(System):
     def num_parameters(self) -> int:
         return self.trainer.num_parameters
 
+    @property
+    def construction(self) -> str:
+        """Where the micro-batches are built (`cherry.sampling.placement`), for the record."""
+        return self.trainer.construction.where
+
     def close(self) -> None:
         self.trainer.close()
 

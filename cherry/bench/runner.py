@@ -68,6 +68,7 @@ class _Progress:
     nvml_peak_bytes: Optional[int] = None
     nvml_baseline_bytes: Optional[int] = None
     estimator_errors: tuple = ()
+    construction: Optional[str] = None
 
 
 class _Deadline:
@@ -210,6 +211,7 @@ class _Run:
                 system = cls(dataset, spec, self.device, memory, probe)
                 p.build_s = time.perf_counter() - t0
                 p.num_parameters = getattr(system, "num_parameters", None)
+                p.construction = getattr(system, "construction", None)
                 self._train(system, probe, dataset)
             finally:
                 p.peak_tracked_bytes = memory.run_peak_bytes()
@@ -285,6 +287,7 @@ def execute(spec: RunSpec, out_path: str, log: Callable[[str], None]) -> int:
         epoch_losses=tuple(p.epoch_losses), epoch_train_acc=tuple(p.epoch_acc["train"]),
         epoch_valid_acc=tuple(p.epoch_acc["valid"]), epoch_test_acc=tuple(p.epoch_acc["test"]),
         epoch_eval_s=tuple(p.epoch_eval_s), final_accuracy=p.final_accuracy,
+        construction=p.construction,
     )
     write_record(out_path, build_record(spec, m))
     log(f"[{spec.system}] {status}{': ' + reason if reason else ''} -> {out_path}")

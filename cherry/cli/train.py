@@ -96,6 +96,8 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world) ->
             trainer = DistributedTrainer(dataset, spec, memory=memory)
         summary["num_parameters"] = trainer.num_parameters
         summary["native_ops"] = extension_status()
+        summary["construction"] = trainer.construction.as_dict()
+        echo(f"construction: {trainer.construction.where} ({trainer.construction.reason})")
         try:
             for epoch in range(spec.epochs):
                 bar = tqdm(total=trainer.num_steps(epoch), desc=f"epoch {epoch}", disable=not progress, leave=False)

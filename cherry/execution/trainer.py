@@ -14,6 +14,14 @@ batches and sampling streams (`cherry.sampling.loader`: the same rule as every o
 Determinism: initial weights come from ``torch.manual_seed(spec.seed)``; batches and neighbour
 samples from generators derived from ``spec.seed``. The loader samples and plans batch ``i + 1`` on a
 background thread while step ``i`` computes, in order, so same seed, same batches, same losses.
+
+Construction placement (`cherry.sampling.placement`), chosen once and kept in ``Trainer.construction``:
+on CUDA, when the graph with its features and labels fits in the device's free memory (under a
+``--device-memory`` cap: what the cap leaves) with half of it to spare, they live on the device, so
+sampling and slicing run the CUDA kernels and feature rows are gathered there (their bytes count as
+fixed in the memory model); otherwise the graph is pinned on the host and each step's micro-batches
+go over in one pinned copy. On a CPU nothing moves (``host``). Evaluation always reads the host
+dataset. Data-parallel ranks keep the host graph (their step reads the host dataset).
 """
 from __future__ import annotations
 
@@ -29,6 +37,8 @@ from cherry.models import build_model, count_parameters
 from cherry.planning import MemoryModel, seed_rank
 from cherry.probe import DeviceMemoryLike, NullProbe, Probe
 from cherry.sampling import BatchLoader, NeighborSampler, sampling_generator, spec_seed_batches
+from cherry.sampling.placement import (DEVICE, HOST, ConstructionChoice, choose_construction, place_dataset,
+                                       resident_bytes)
 from cherry.spec import RunSpec, resolve_budget_bytes
 
 # parameters, micro-batch gradients, accumulators and Adam's two moments
@@ -54,20 +64,26 @@ class Trainer:
     """Trains run spec ``spec`` on ``dataset`` (see module docstring).
 
     ``memory`` is the (emulated or real) device memory the executor reads peaks from and recovers
-    from out-of-memory in; ``probe`` receives phase boundaries (`cherry.probe`).
+    from out-of-memory in; ``probe`` receives phase boundaries (`cherry.probe`). ``construction``:
+    ``"auto"`` (chosen, see module docstring), or ``"host"``/``"device"`` to force one.
     """
 
     def __init__(self, dataset: Dataset, spec: RunSpec, memory: Optional[DeviceMemoryLike] = None,
-                 probe: Optional[Probe] = None) -> None:
+                 probe: Optional[Probe] = None, construction: str = "auto") -> None:
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset must be a cherry.data.Dataset, got {type(dataset).__name__}")
         if not isinstance(spec, RunSpec):
             raise TypeError(f"spec must be a cherry.spec.RunSpec, got {type(spec).__name__}")
         if spec.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device cuda was asked for, but no CUDA device is available")
+        if construction not in ("auto", HOST, DEVICE):
+            raise ValueError(f"construction must be 'auto', 'host' or 'device', got {construction!r}")
         self.dataset, self.spec = dataset, spec
         self.model_spec = spec.model_spec(dataset)
         self.device = torch.device(spec.device)
+        self.construction = _choose(dataset, self.device, memory, construction)
+        self.data = place_dataset(dataset, self.construction)  # what training reads
+        on_device = sum(resident_bytes(dataset)) if self.construction.where == DEVICE else 0
         self.probe = probe or NullProbe()
         self.budget_bytes = resolve_budget_bytes(spec)
         torch.manual_seed(spec.seed)
@@ -77,13 +93,15 @@ class Trainer:
         from cherry.ops import extension_available
 
         options = ExecutorOptions.from_spec(spec, self.budget_bytes)
-        self.memory_model = MemoryModel.for_model(self.model_spec, fixed_bytes=_PARAM_COPIES * param_bytes,
+        self.memory_model = MemoryModel.for_model(self.model_spec, fixed_bytes=_PARAM_COPIES * param_bytes + on_device,
                                                   fused_aggregation=extension_available(),
                                                   prefetch_inputs=options.pipeline)
         rank = seed_rank(dataset, spec.ordering, spec.seed) if options.num_microbatches != 1 else None
+        if rank is not None:
+            rank = rank.to(self.data.graph.indptr.device)  # indexed by the sampled seeds' ids
         self.executor = MicrobatchExecutor(self.model, self.optimizer, self.memory_model, options, self.device,
                                            seed_rank=rank, memory=memory, probe=self.probe)
-        self.sampler = NeighborSampler(dataset.graph, spec.fanouts)
+        self.sampler = NeighborSampler(self.data.graph, spec.fanouts)
         self.generator = sampling_generator(spec.seed)
 
     @property
@@ -92,7 +110,13 @@ class Trainer:
 
     def prepare(self, seeds: torch.Tensor, generator: torch.Generator) -> PlannedBatch:
         """Sample and plan one mini-batch (what the loader runs ahead, on its thread)."""
-        return self.executor.plan_batch(self.sampler.sample(seeds, generator), self.dataset.features)
+        where = self.data.graph.indptr.device
+        planned = self.executor.plan_batch(self.sampler.sample(seeds.to(where), generator), self.data.features)
+        if where.type == "cuda":
+            # Made on this thread's stream: finished before the step's streams read them (a wait here,
+            # on the loader's thread, off the step's critical path).
+            torch.cuda.current_stream(where).synchronize()
+        return planned
 
     def loader(self, seed_batches) -> BatchLoader:
         """A loader over ``seed_batches`` that samples and plans each one ahead of its step."""
@@ -101,7 +125,7 @@ class Trainer:
     def step(self, planned: PlannedBatch) -> StepStats:
         """One optimizer step on a batch the loader prepared."""
         self.model.train()
-        return self.executor.step(planned, self.dataset.features, self.dataset.labels)
+        return self.executor.step(planned, self.data.features, self.data.labels)
 
     def epoch_batches(self, epoch: int) -> list[torch.Tensor]:
         return spec_seed_batches(self.spec, self.dataset.train_idx, epoch)
@@ -157,3 +181,21 @@ class Trainer:
 
     def close(self) -> None:
         self.executor.close()
+
+
+def _choose(dataset: Dataset, device: torch.device, memory: Optional[DeviceMemoryLike],
+            construction: str) -> ConstructionChoice:
+    """The construction placement of a Trainer (see module docstring)."""
+    graph_bytes, extra_bytes = resident_bytes(dataset)
+    if device.type != "cuda":
+        return choose_construction(dataset.graph, device, extra_bytes=extra_bytes)
+    forced = {HOST: "asked for host construction", DEVICE: "asked for device construction"}.get(construction)
+    if forced is None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        construction, forced = HOST, "data-parallel ranks keep the host graph (their step reads the host dataset)"
+    if forced is not None:
+        return ConstructionChoice(construction, str(device), graph_bytes, None, 0.0, forced, extra_bytes)
+    free = int(torch.cuda.mem_get_info(device)[0])
+    cap = getattr(memory, "capacity_bytes", None)
+    if cap is not None:  # an allocator cap: what it leaves, not what the device has
+        free = max(0, min(free, int(cap) - int(torch.cuda.memory_allocated(device))))
+    return choose_construction(dataset.graph, device, free_bytes=free, extra_bytes=extra_bytes)

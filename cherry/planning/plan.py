@@ -90,7 +90,7 @@ def plan_microbatches(
     if not 0 <= safety < 1:
         raise ValueError(f"safety must be in [0, 1), got {safety}")
     if positions is None:
-        positions = torch.arange(blocks.num_seeds, dtype=torch.int64)
+        positions = torch.arange(blocks.num_seeds, dtype=torch.int64, device=blocks.seeds.device)
     n = positions.numel()
     if n == 0:
         raise ValueError("cannot plan an empty set of seeds")
@@ -102,7 +102,7 @@ def plan_microbatches(
     def build(k: int):
         nonlocal costs
         if k == 1 and whole_batch:  # the batch itself: no ordering, costing or slicing needed
-            return (torch.arange(n, dtype=torch.int64),), (blocks,), (memory_model.estimate_bytes(BatchShape.of(blocks)),)
+            return (torch.arange(n, dtype=torch.int64, device=positions.device),), (blocks,), (memory_model.estimate_bytes(BatchShape.of(blocks)),)
         if costs is None:
             costs = seed_costs(blocks, memory_model)
         groups = split_seeds(positions, costs, k, seed_rank, blocks.seeds, balance)

@@ -61,7 +61,7 @@ def split_seeds(positions: torch.Tensor, costs: torch.Tensor, num_groups: int,
     if balance == "count":
         weights = torch.ones(n, dtype=torch.float64)
     else:
-        weights = costs[positions].to(torch.float64)
+        weights = costs[positions].to(torch.float64).cpu()  # the cuts are found on the host
     cum = torch.cumsum(weights, 0)
     targets = cum[-1] * torch.arange(1, num_groups, dtype=torch.float64) / num_groups
     cuts = torch.searchsorted(cum, targets, right=True)

@@ -95,6 +95,8 @@ def test_train_cli_crosses_the_memory_wall(synth_tiny, data_root, tmp_path, caps
     assert _cli(args + ["--json", str(out)], data_root) == 0
     summary = json.loads(out.read_text())
     assert summary["status"] == "ok" and summary["epochs"][0]["max_microbatches"] > 1
+    assert summary["construction"]["where"] == "host" and "CPU" in summary["construction"]["reason"]
+    assert "construction: host (the device is the CPU" in capsys.readouterr().out
     assert _cli(args + ["--microbatches", "1"], data_root) == 3
     assert "cherry: out of memory: micro-batch 1/1" in capsys.readouterr().err
 
