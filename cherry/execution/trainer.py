@@ -102,6 +102,9 @@ class Trainer:
         self.executor = MicrobatchExecutor(self.model, self.optimizer, self.memory_model, options, self.device,
                                            seed_rank=rank, memory=memory, probe=self.probe)
         self.sampler = NeighborSampler(self.data.graph, spec.fanouts)
+        # Device construction runs on its own stream: the loader's read-backs (sizes, layouts) then
+        # wait for its own kernels only, not for the step's compute queued on the default stream.
+        self._loader_stream = torch.cuda.Stream(self.device) if self.data.graph.indptr.is_cuda else None
         self.generator = sampling_generator(spec.seed)
 
     @property
@@ -110,12 +113,13 @@ class Trainer:
 
     def prepare(self, seeds: torch.Tensor, generator: torch.Generator) -> PlannedBatch:
         """Sample and plan one mini-batch (what the loader runs ahead, on its thread)."""
-        where = self.data.graph.indptr.device
-        planned = self.executor.plan_batch(self.sampler.sample(seeds.to(where), generator), self.data.features)
-        if where.type == "cuda":
-            # Made on this thread's stream: finished before the step's streams read them (a wait here,
-            # on the loader's thread, off the step's critical path).
-            torch.cuda.current_stream(where).synchronize()
+        if self._loader_stream is None:
+            return self.executor.plan_batch(self.sampler.sample(seeds, generator), self.data.features)
+        with torch.cuda.stream(self._loader_stream):
+            blocks = self.sampler.sample(seeds.to(self.data.graph.indptr.device), generator)
+            planned = self.executor.plan_batch(blocks, self.data.features)
+        # Finished before the step's streams read it (a wait on the loader's thread, off the critical path).
+        self._loader_stream.synchronize()
         return planned
 
     def loader(self, seed_batches) -> BatchLoader:
@@ -125,6 +129,8 @@ class Trainer:
     def step(self, planned: PlannedBatch) -> StepStats:
         """One optimizer step on a batch the loader prepared."""
         self.model.train()
+        if self._loader_stream is not None:
+            _used_on_current_stream(planned)
         return self.executor.step(planned, self.data.features, self.data.labels)
 
     def epoch_batches(self, epoch: int) -> list[torch.Tensor]:
@@ -199,3 +205,19 @@ def _choose(dataset: Dataset, device: torch.device, memory: Optional[DeviceMemor
     if cap is not None:  # an allocator cap: what it leaves, not what the device has
         free = max(0, min(free, int(cap) - int(torch.cuda.memory_allocated(device))))
     return choose_construction(dataset.graph, device, free_bytes=free, extra_bytes=extra_bytes)
+
+
+def _used_on_current_stream(planned: PlannedBatch) -> None:
+    """Tell the allocator that the loader stream's tensors of ``planned`` are used on the current
+    stream, so their memory is not handed out again before the step's kernels that read them ran."""
+    from cherry.execution.transfer import _block_tensors
+
+    stream = torch.cuda.current_stream()
+    tensors = list(planned.plan.seed_groups)
+    for blocks in (planned.blocks, *planned.plan.microbatches):
+        tensors += [t for blk in blocks.layers for t in _block_tensors(blk)]
+        if blocks.input_positions is not None:
+            tensors.append(blocks.input_positions)
+    for t in tensors:
+        if t.is_cuda:
+            t.record_stream(stream)
