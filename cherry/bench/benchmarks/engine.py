@@ -82,8 +82,9 @@ def split_redundancy(blocks, spec, k, rank, balance="memory"):
     """Input-layer redundancy of splitting ``blocks`` into ``k`` contiguous groups in ``rank`` order."""
     from cherry.planning import MemoryModel, plan_microbatches
 
-    return plan_microbatches(blocks, MemoryModel.for_model(spec), num_microbatches=k, seed_rank=rank,
-                             balance=balance).redundancy[0]
+    # the blocks are where the Trainer built them (on the device under device construction)
+    return plan_microbatches(blocks, MemoryModel.for_model(spec), num_microbatches=k,
+                             seed_rank=rank.to(blocks.seeds.device), balance=balance).redundancy[0]
 
 
 def run(args: argparse.Namespace) -> int:
