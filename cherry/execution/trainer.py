@@ -83,6 +83,8 @@ class Trainer:
         self.device = torch.device(spec.device)
         self.construction = _choose(dataset, self.device, memory, construction)
         self.data = place_dataset(dataset, self.construction)  # what training reads
+        if self.data.graph.indptr.is_cuda:  # once, at construction: the copies are done before any stream reads them
+            torch.cuda.synchronize(self.device)
         on_device = sum(resident_bytes(dataset)) if self.construction.where == DEVICE else 0
         self.probe = probe or NullProbe()
         self.budget_bytes = resolve_budget_bytes(spec)
