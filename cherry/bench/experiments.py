@@ -158,6 +158,8 @@ def expand_experiments(config: Mapping[str, Any]) -> list[dict]:
     runs = tuple(e for e in EXPERIMENTS if e not in SEARCH_EXPERIMENTS)
     for _, spec in _expand(config, runs):
         seen.setdefault(run_id(spec), spec.to_dict())
+    for _ in _expand(config, SEARCH_EXPERIMENTS):  # a search's spec must be valid too: fail here, not in a job
+        pass
     return list(seen.values())
 
 

@@ -158,7 +158,10 @@ def wall_section(searches: pd.DataFrame) -> list[str]:
             largest += " (whole training set)"
         oom = "-" if r.smallest_oom_batch is None or pd.isna(r.smallest_oom_batch) else f"{int(r.smallest_oom_batch):,}"
         k = "-" if r.k_at_largest is None or pd.isna(r.k_at_largest) else int(r.k_at_largest)
-        note = r.status if r.status == "ok" else f"{r.status}: {(r.reason or '')[:80]}"
+        last = r.probes[-1]["batch_size"] if r.probes else None
+        note = r.status if r.status == "ok" else f"{r.status} at batch {last}: a lower bound"
+        if r.status not in ("ok", "timeout"):
+            note = f"{r.status}: {(r.reason or '')[:80]}"
         out.append([r.case, t.system_label(r.system, r.k), k, largest, oom,
                     _fmt(None if r.device_memory_bytes is None else r.device_memory_bytes / t.MIB, 4),
                     r.num_probes, _fmt(r.search_wall_s, 3), note])
@@ -174,8 +177,9 @@ def epoch_time_section(frame: pd.DataFrame, sizes: dict[str, int]) -> list[str]:
     """Time per epoch against capacity (median step seconds x steps per epoch), each system at its own K."""
     rows = frame[frame["experiment"] == "epoch_time"]
     out = []
-    for (case, system, k, capacity), group in rows.groupby(["case", "system", "k", "device_memory_bytes"],
-                                                           sort=False):
+    order = {system: i for i, system in enumerate(dict.fromkeys(rows["system"]))}  # the config's order
+    groups = rows.groupby(["case", "system", "k", "device_memory_bytes"], sort=False)
+    for (case, system, k, capacity), group in sorted(groups, key=lambda g: (g[0][0], order[g[0][1]], g[0][3])):
         size = sizes.get(str(group["dataset"].iloc[0]))
         stats = t.epoch_time_stats(group, size) if size else None
         ks = t.column_stats(group, "num_microbatches_max")
