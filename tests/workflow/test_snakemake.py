@@ -43,7 +43,8 @@ def tiny_config(root: Path) -> dict:
                              "run": {"epochs": 2, "evaluate": True}}],
             "sensitivity": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": ["auto"]},
                              "run": {"budget_bytes": "2MiB"}, "vary": {"aggr": ["mean", "gat"]}}],
-            "ablation": [{"dataset": "synth-tiny", "num_microbatches": [2], "variants": [{"pipeline": False}]}],
+            "ablation": [{"dataset": "synth-tiny", "num_microbatches": [2], "variants": [{"pipeline": False}],
+                          "repeats": 2, "run": {"steps": 3}}],  # 2 repeats: a ratio with a verdict
             "distributed": [{"dataset": "synth-tiny", "nproc": [2], "num_microbatches": [2]}],
         },
         "verify": [{"name": "sage-mean", "dataset": "synth-tiny", "aggr": "mean", "hidden": 16, "fanouts": [5, 10],
@@ -100,7 +101,12 @@ def test_every_figure_table_summary_and_record_exists(finished):
     epoch = table[table["experiment"] == "epoch_time"].set_index(["system", "device_memory_bytes"])["status"]
     assert epoch[("full", 8 * 2**20)] == "oom" and epoch[("cherry", 8 * 2**20)] == "ok"
     ratios = json.loads((results / "summary.json").read_text())["ratios"]
-    assert ratios and all({"key", "value", "low", "high", "verdict"} <= set(r) for r in ratios)
+    assert [r["key"].split(" | ")[-1] for r in ratios] == ["pipeline=false / all on"]
+    assert ratios[0]["runs"] == [2, 2] and ratios[0]["verdict"] in ("the technique pays", "within noise",
+                                                                    "the technique costs")
+    compared = subprocess.run([sys.executable, "-m", "cherry.report.compare_verdicts", str(results / "summary.json"),
+                               str(results / "summary.json")], capture_output=True, text=True)
+    assert compared.returncode == 0 and "1 of 1 verdicts agree" in compared.stdout, compared.stdout
     summary = (results / "summary.md").read_text()
     assert "1,200 (whole training set)" in summary
     for heading in ("## Step time", "## Peak memory", "## Largest trainable batch", "## Time per epoch",
