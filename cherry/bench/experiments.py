@@ -4,6 +4,9 @@
 the tests call it. Each run is a complete run-spec dict (``workflow/schemas/run.schema.yaml``, every
 default filled in) whose ``experiment`` (and, for sensitivity runs, ``axis``) says which figure it
 belongs to; its id is `cherry.spec.run_id`, the readable file name of its spec and record.
+The memory wall is not a list of runs but one search per (case, system, K): `expand_searches` gives
+each search's spec (its batch size is the search's start) and tolerances, which
+``python -m cherry.bench.capacity_run`` takes.
 Invariants: ids are unique in the result (identical runs of one experiment collapse into one); the
 order is the config's order; every spec passed `cherry.spec.spec_from_dict`, so
 ``python -m cherry.bench.run`` accepts it.
@@ -17,7 +20,8 @@ from cherry.schemas import one_line as _one_line
 from cherry.schemas import schema_problem
 
 EXPERIMENTS = ("memory_wall", "microbatch_cost", "breakdown", "convergence", "sensitivity", "ablation",
-               "distributed")
+               "distributed", "epoch_time")
+SEARCH_EXPERIMENTS = ("memory_wall",)  # experiments expanded into batch-size searches, not runs
 SENSITIVITY_AXES = ("aggr", "layers", "hidden", "fanout")
 
 
@@ -44,10 +48,17 @@ def _system_ks(systems: Mapping[str, list]) -> Iterator[tuple[str, Any]]:
 
 
 def _memory_wall(case: dict) -> Iterator[tuple[str, dict]]:
+    """One search per system and K, starting at ``start_batch``, under the case's capacity."""
     for system, k in _system_ks(case["systems"]):
-        for batch_size in case["batch_sizes"]:
-            yield None, {"system": system, "num_microbatches": k, "batch_size": batch_size,
-                         "device_memory_bytes": case["device_memory_bytes"]}
+        yield None, {"system": system, "num_microbatches": k, "batch_size": case.get("start_batch", 256),
+                     "device_memory_bytes": case["device_memory_bytes"]}
+
+
+def _epoch_time(case: dict) -> Iterator[tuple[str, dict]]:
+    """Every system at each K under each emulated capacity (same batch): time per epoch vs capacity."""
+    for capacity in case["device_memory_bytes"]:
+        for system, k in _system_ks(case["systems"]):
+            yield None, {"system": system, "num_microbatches": k, "device_memory_bytes": capacity}
 
 
 def _grid(case: dict) -> Iterator[tuple[Optional[str], dict]]:
@@ -96,6 +107,8 @@ def _case_runs(experiment: str, case: dict, base: dict) -> Iterator[tuple[str, d
         return _ablation(case)
     if experiment == "distributed":
         return _distributed(case)
+    if experiment == "epoch_time":
+        return _epoch_time(case)
     return _grid(case)
 
 
@@ -110,6 +123,28 @@ def _build_spec(fields: dict, where: str, root: Optional[str]):
         raise ConfigError(f"invalid config: {where}: {_one_line(exc).replace('invalid run spec: ', '')}") from None
 
 
+def _expand(config: Mapping[str, Any], experiments: tuple[str, ...]) -> Iterator[tuple[dict, Any]]:
+    """(case, validated RunSpec) of every run of ``experiments`` in ``config``, in the config's order."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config has type {type(config).__name__}: expected a mapping")
+    config = copy.deepcopy(dict(config))
+    validate_config(config)
+    root = (config.get("data") or {}).get("root")
+    defaults = dict(config.get("run") or {})
+    for experiment in experiments:
+        for index, case in enumerate(config["experiments"].get(experiment) or ()):
+            base = {**defaults, **(case.get("run") or {})}
+            # a search measures memory (deterministic): one per setting, whatever the repeats
+            repeats = 1 if experiment in SEARCH_EXPERIMENTS else case.get("repeats", config.get("repeats", 1))
+            seeds = case.get("seeds") or [base.get("seed", 0)]
+            for axis, fields in _case_runs(experiment, case, base):
+                for seed in seeds:
+                    for repeat in range(repeats):
+                        merged = {**base, **fields, "dataset": case["dataset"], "experiment": experiment,
+                                  "axis": axis, "seed": seed, "repeat": repeat}
+                        yield case, _build_spec(merged, f"experiments/{experiment}/{index}", root)
+
+
 def expand_experiments(config: Mapping[str, Any]) -> list[dict]:
     """Every run of ``config`` as a complete run-spec dict (see the module docstring).
 
@@ -119,26 +154,28 @@ def expand_experiments(config: Mapping[str, Any]) -> list[dict]:
     """
     from cherry.spec import run_id
 
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config has type {type(config).__name__}: expected a mapping")
-    config = copy.deepcopy(dict(config))
-    validate_config(config)
-    root = (config.get("data") or {}).get("root")
-    defaults = dict(config.get("run") or {})
     seen: dict[str, dict] = {}
-    for experiment in EXPERIMENTS:
-        for index, case in enumerate(config["experiments"].get(experiment) or ()):
-            base = {**defaults, **(case.get("run") or {})}
-            repeats = case.get("repeats", config.get("repeats", 1))
-            seeds = case.get("seeds") or [base.get("seed", 0)]
-            for axis, fields in _case_runs(experiment, case, base):
-                for seed in seeds:
-                    for repeat in range(repeats):
-                        merged = {**base, **fields, "dataset": case["dataset"], "experiment": experiment,
-                                  "axis": axis, "seed": seed, "repeat": repeat}
-                        spec = _build_spec(merged, f"experiments/{experiment}/{index}", root)
-                        seen.setdefault(run_id(spec), spec.to_dict())
+    runs = tuple(e for e in EXPERIMENTS if e not in SEARCH_EXPERIMENTS)
+    for _, spec in _expand(config, runs):
+        seen.setdefault(run_id(spec), spec.to_dict())
+    for _ in _expand(config, SEARCH_EXPERIMENTS):  # a search's spec must be valid too: fail here, not in a job
+        pass
     return list(seen.values())
+
+
+def plan_searches(config: Mapping[str, Any]) -> dict[str, dict]:
+    """``{search id: search}`` of every memory-wall search: ``spec`` (a run-spec dict whose batch size
+    is the start), ``ratio_tolerance`` and ``seed_tolerance`` (`cherry.bench.capacity`). The id is the
+    spec's run id (ConfigError as for `expand_experiments`)."""
+    from cherry.bench.capacity import RATIO_TOLERANCE, SEED_TOLERANCE
+    from cherry.spec import run_id
+
+    searches: dict[str, dict] = {}
+    for case, spec in _expand(config, SEARCH_EXPERIMENTS):
+        searches.setdefault(run_id(spec), {"spec": spec.to_dict(),
+                                           "ratio_tolerance": case.get("ratio_tolerance", RATIO_TOLERANCE),
+                                           "seed_tolerance": case.get("seed_tolerance", SEED_TOLERANCE)})
+    return searches
 
 
 def plan_runs(config: Mapping[str, Any]) -> dict[str, dict]:
@@ -187,6 +224,7 @@ def needs_ordering(spec: Mapping[str, Any]) -> Optional[str]:
 def datasets_used(config: Mapping[str, Any]) -> list[str]:
     """Every dataset the runs and checks of ``config`` read, sorted."""
     names = {spec["dataset"] for spec in expand_experiments(config)}
+    names.update(search["spec"]["dataset"] for search in plan_searches(config).values())
     names.update(check["dataset"] for check in verify_checks(config).values())
     return sorted(names)
 

@@ -2,7 +2,8 @@
 
     python -m cherry.report.figures NAME --table runs.csv --png OUT.png --pdf OUT.pdf
 
-NAME is one of `FIGURES`. Every figure has one row of panels per setting ("case") found in the
+NAME is one of `FIGURES`; ``--searches`` (the memory wall's search records) and ``--data-info``
+(`cherry data info` outputs, for steps per epoch) feed the capacity figures (`cherry.report.wall_figures`). Every figure has one row of panels per setting ("case") found in the
 table; points are medians over repeats with 10-90 % whiskers over the pooled measured steps (time)
 or min-max over repeats (memory); out-of-memory runs are drawn as crosses, never as values. A
 figure whose experiment has no rows says so in the picture instead of failing. Files are written
@@ -86,50 +87,6 @@ def _log2_axis(ax, values) -> None:
     ax.set_xticks(ticks)
     ax.set_xticklabels([str(v) for v in ticks])
     ax.minorticks_off()
-
-
-def draw_memory_wall(frame: pd.DataFrame):
-    rows = frame[frame["experiment"] == "memory_wall"]
-    if rows.empty:
-        return _empty("Memory wall", "no memory_wall runs in the table")
-    rows = rows.assign(wall_case=[t.case_label(r, t.CASE_COLUMNS[:-1]) for _, r in rows.iterrows()])
-    cases = list(dict.fromkeys(rows["wall_case"]))
-    fig, axes = _grid(len(cases), 2, width=5.4)
-    for i, case in enumerate(cases):
-        group, ax, bar_ax = rows[rows["wall_case"] == case], axes[i][0], axes[i][1]
-        capacity = group["device_memory_bytes"].dropna()
-        cap_mib = float(capacity.iloc[0]) / t.MIB if len(capacity) else None
-        for system, k, label, series in _series(group):
-            batches = sorted(int(b) for b in series["batch_size"].unique())
-            stats = [_mib(t.column_stats(series[series["batch_size"] == b], "peak_tracked_bytes")) for b in batches]
-            _errorbar(ax, batches, stats, label=label, **_style(system))
-            for b in batches:
-                sub = series[series["batch_size"] == b]
-                if t.statuses(sub) == "oom" and cap_mib is not None:
-                    ax.scatter([b], [cap_mib], marker="x", s=80, color=_style(system)["color"], zorder=5)
-                if k == "auto" and t.statuses(sub) == "ok":
-                    kk = t.column_stats(sub, "num_microbatches_max")
-                    s = t.column_stats(sub, "peak_tracked_bytes")
-                    if kk and s:
-                        ax.annotate(f"K={int(kk[0])}", (b, s[0] / t.MIB), textcoords="offset points",
-                                    xytext=(4, -12), fontsize=7, color=_style(system)["color"])
-        if cap_mib is not None:
-            ax.axhline(cap_mib, ls="--", color="#555555", lw=1, label=f"capacity {cap_mib:.0f} MiB (x: out of memory)")
-        _log2_axis(ax, group["batch_size"])
-        ax.set_xlabel("logical batch size (seeds)")
-        ax.set_ylabel("peak tensor memory (MiB)")
-        ax.set_title(case, fontsize=9)
-        ax.legend(fontsize=7)
-        wall = t.largest_trainable_batch(group.drop(columns=["wall_case"]))
-        labels = [t.system_label(s, k) for s, k in zip(wall["system"], wall["k"])]
-        values = [0 if pd.isna(v) or v is None else int(v) for v in wall["largest_ok_batch"]]
-        bars = bar_ax.barh(labels, values, color=[_style(s)["color"] for s in wall["system"]])
-        for bar, v in zip(bars, values):
-            bar_ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v}", va="center", fontsize=8)
-        bar_ax.set_xlabel("largest trainable batch size")
-        bar_ax.set_title("largest batch that fits (0: none)", fontsize=9)
-        bar_ax.invert_yaxis()
-    return fig
 
 
 def _by_case(rows: pd.DataFrame):
@@ -331,18 +288,39 @@ def draw_estimator(frame: pd.DataFrame):
     return fig
 
 
-FIGURES: dict[str, Callable[[pd.DataFrame], object]] = {
-    "memory_wall": draw_memory_wall, "microbatch_cost": draw_microbatch_cost, "redundancy": draw_redundancy,
-    "breakdown": draw_breakdown, "convergence": draw_convergence, "sensitivity": draw_sensitivity,
-    "ablation": draw_ablation, "estimator": draw_estimator,
+def _memory_wall(frame, searches, sizes):
+    from cherry.report.wall_figures import draw_memory_wall
+
+    return draw_memory_wall(searches)
+
+
+def _epoch_time(frame, searches, sizes):
+    from cherry.report.wall_figures import draw_epoch_time
+
+    return draw_epoch_time(frame, sizes)
+
+
+def _table_only(draw: Callable[[pd.DataFrame], object]):
+    return lambda frame, searches, sizes: draw(frame)
+
+
+# name -> draw(run table, memory-wall searches, {dataset: training-set size})
+FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame, dict], object]] = {
+    "memory_wall": _memory_wall, "microbatch_cost": _table_only(draw_microbatch_cost),
+    "redundancy": _table_only(draw_redundancy), "breakdown": _table_only(draw_breakdown),
+    "convergence": _table_only(draw_convergence), "sensitivity": _table_only(draw_sensitivity),
+    "ablation": _table_only(draw_ablation), "estimator": _table_only(draw_estimator), "epoch_time": _epoch_time,
 }
 
 
-def render(name: str, frame: pd.DataFrame, png: Optional[str], pdf: Optional[str]) -> None:
-    """Draw figure ``name`` from ``frame`` and write it (atomically) as PNG and/or PDF."""
+def render(name: str, frame: pd.DataFrame, png: Optional[str], pdf: Optional[str],
+           searches: Optional[pd.DataFrame] = None, sizes: Optional[dict] = None) -> None:
+    """Draw figure ``name`` from ``frame`` (and the memory wall's ``searches``, the datasets' training-set
+    ``sizes``) and write it (atomically) as PNG and/or PDF."""
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; expected one of: {', '.join(FIGURES)}")
-    fig = FIGURES[name](frame)
+    searches = t.load_searches([]) if searches is None else searches
+    fig = FIGURES[name](frame, searches, sizes or {})
     if not fig.get_tight_layout():
         fig.tight_layout()
     save_figure(fig, png, pdf)
@@ -366,15 +344,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--table", required=True, help="results/records/runs.csv")
     parser.add_argument("--png", default=None)
     parser.add_argument("--pdf", default=None)
+    parser.add_argument("--searches", nargs="*", default=[], help="memory-wall search records")
+    parser.add_argument("--data-info", nargs="*", default=[], help="`cherry data info` outputs (steps per epoch)")
     args = parser.parse_args(argv)
     if not args.png and not args.pdf:
         parser.error("give --png and/or --pdf")
     try:
         frame = t.load_table(args.table)
+        searches = t.load_searches(args.searches)
+        sizes = t.steps_per_epoch(args.data_info)
     except ValueError as exc:
-        print(f"cherry.report.figures: {exc}", file=sys.stderr)
+        print(f"cherry.report.figures: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    render(args.name, frame, args.png, args.pdf)
+    render(args.name, frame, args.png, args.pdf, searches, sizes)
     return 0
 
 

@@ -1,17 +1,23 @@
 """The headline numbers of a workflow run, as Markdown (``results/summary.md``).
 
-    python -m cherry.report.summary --table runs.csv --out summary.md [VERIFY.txt ...]
+    python -m cherry.report.summary --table runs.csv --out summary.md [--json ratios.json]
+        [--searches SEARCH.json ...] [--data-info INFO.json ...] [--] [VERIFY.txt ...]
 
 From the run table: per-step speedup of cherry over Betty and Buffalo (same case, same K), memory
-reduction over plain mini-batch training (full, DGL), the largest trainable batch per system under the
-memory wall's capacity, the estimator's error, convergence and ablation tables, and every run that did
-not finish ok. From the outputs of `cherry verify` (one text file per check): the gradient-equivalence
-error. Ratios use medians of measured steps (warm-up excluded) pooled over repeats; a missing or
-failed run leaves its cell as "-".
+reduction over plain mini-batch training (full, DGL), time per epoch against the device capacity
+(each system at its own K; needs the datasets' info for the steps per epoch), the estimator's error,
+convergence and ablation tables, and every run that did not finish ok. From the memory wall's search
+records: each system's own K and the largest batch it trains. From the outputs of `cherry verify`
+(one text file per check): the gradient-equivalence error. Ratios use medians of measured steps
+(warm-up excluded) pooled over repeats, with the hierarchical interval of `cherry.report.stats`; a
+missing or failed run leaves its cell as "-". ``--json`` writes every timed ratio with its interval
+and verdict (``{"ratios": [{"key", "section", "value", "low", "high", "verdict", ...}]}``), which
+`cherry.report.compare_verdicts` compares between two workflow runs.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -21,7 +27,7 @@ from typing import Optional
 import pandas as pd
 
 from cherry.report import tables as t
-from cherry.report.stats import median_ratio
+from cherry.report.stats import MIN_RUNS, NOISE_MARGIN, median_ratio
 
 # `cherry verify` ("K=4 vs K=1 on ...") and `cherry verify --nproc N` ("2 ranks (K per rank [2, 2]) vs one
 # process with K=1 on ..."; K is then the largest per-rank K)
@@ -80,15 +86,26 @@ def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
 
 
 def _time_ratio(numerator: pd.DataFrame, denominator: pd.DataFrame):
-    """Median step-time ratio of two groups of runs with its 95% bootstrap interval (None: too few steps)."""
-    return median_ratio(t.measured_step_times(numerator), t.measured_step_times(denominator))
+    """Median step-time ratio of two groups of runs with its 95% hierarchical bootstrap interval (runs,
+    then steps within each run, drawn with replacement; None: too few steps)."""
+    return median_ratio(t.measured_step_times_by_run(numerator), t.measured_step_times_by_run(denominator))
+
+
+def _ratio_entry(section: str, key: str, r, verdict: str) -> dict:
+    return {"section": section, "key": key, "value": r.value, "low": r.low, "high": r.high, "verdict": verdict,
+            "steps": [r.num_numerator, r.num_denominator], "runs": [r.runs_numerator, r.runs_denominator]}
+
+
+INTERVAL_TEXT = (f"95% interval from a hierarchical bootstrap (repeats drawn with replacement, then steps "
+                 f"within each repeat); a verdict needs {MIN_RUNS} repeats a side and the whole interval "
+                 f"beyond 1 +- {NOISE_MARGIN:.0%}, else \"within noise\"")
 
 
 def _ratio_text(r) -> str:
     return r.text() if r is not None else "-"
 
 
-def speedup_section(frame: pd.DataFrame) -> list[str]:
+def speedup_section(frame: pd.DataFrame, ratios: Optional[list] = None) -> list[str]:
     rows = frame[frame["experiment"].isin(["microbatch_cost", "breakdown"])]
     out, verdicts = [], {"betty": [], "buffalo": [], "naive": []}
     for (experiment, case, k), group in rows.groupby(["experiment", "case", "k"], sort=False):
@@ -99,14 +116,17 @@ def speedup_section(frame: pd.DataFrame) -> list[str]:
         for s in ("betty", "buffalo", "naive"):
             r = _time_ratio(group[group["system"] == s], mine)
             verdicts[s].append(r.verdict if r is not None else "too few steps")
+            if r is not None and ratios is not None:
+                ratios.append(_ratio_entry("step_time", f"{experiment} | {case} | K={k} | {s}/cherry", r, r.verdict))
             cells += [_ratio_text(r), r.verdict if r is not None else "-"]
         out.append(cells)
     head = ["## Step time: cherry vs Betty, Buffalo and naive micro-batching (same batch, same K)", "",
             "Ratio = other / cherry of median step times (per-step times pooled over repeats, warm-up "
-            "excluded) with its 95% bootstrap interval; \"within noise\" when the interval contains 1.", ""]
+            f"excluded), {INTERVAL_TEXT}.", ""]
     counts = []
     for s, v in verdicts.items():
-        tally = ", ".join(f"{word} {v.count(word)}" for word in ("cherry faster", "within noise", "cherry slower")
+        tally = ", ".join(f"{word} {v.count(word)}" for word in ("cherry faster", "within noise", "cherry slower",
+                                                                 "too few runs")
                           if v.count(word))
         counts.append(f"{s}: {tally or 'no rows'}")
     head += ["Verdicts over the rows below: " + "; ".join(counts) + ".", ""]
@@ -129,14 +149,46 @@ def memory_section(frame: pd.DataFrame) -> list[str]:
                           "dgl/cherry"], out)
 
 
-def wall_section(frame: pd.DataFrame) -> list[str]:
-    wall = t.largest_trainable_batch(frame[frame["experiment"] == "memory_wall"])
-    out = [[r.case, r.system, r.k, "-" if pd.isna(r.largest_ok_batch) else int(r.largest_ok_batch),
-            "-" if pd.isna(r.smallest_oom_batch) else int(r.smallest_oom_batch),
-            _fmt(None if pd.isna(r.device_memory_bytes) else r.device_memory_bytes / t.MIB, 4)]
-           for r in wall.itertuples()]
-    return ["## Largest trainable batch under the memory wall", ""] + _table(
-        ["case", "system", "K", "largest ok batch", "smallest OOM batch", "capacity MiB"], out)
+def wall_section(searches: pd.DataFrame) -> list[str]:
+    """Per system: its own K at the largest batch it trains under the capacity, found by search."""
+    out = []
+    for r in searches.itertuples():
+        largest = "-" if r.largest_fit_batch is None or pd.isna(r.largest_fit_batch) else f"{int(r.largest_fit_batch):,}"
+        if r.capped_at_training_set:
+            largest += " (whole training set)"
+        oom = "-" if r.smallest_oom_batch is None or pd.isna(r.smallest_oom_batch) else f"{int(r.smallest_oom_batch):,}"
+        k = "-" if r.k_at_largest is None or pd.isna(r.k_at_largest) else int(r.k_at_largest)
+        last = r.probes[-1]["batch_size"] if r.probes else None
+        note = r.status if r.status == "ok" else f"{r.status} at batch {last}: a lower bound"
+        if r.status not in ("ok", "timeout"):
+            note = f"{r.status}: {(r.reason or '')[:80]}"
+        out.append([r.case, t.system_label(r.system, r.k), k, largest, oom,
+                    _fmt(None if r.device_memory_bytes is None else r.device_memory_bytes / t.MIB, 4),
+                    r.num_probes, _fmt(r.search_wall_s, 3), note])
+    return ["## Largest trainable batch under the memory wall (search)", "",
+            "Per system at its own K: doubling from the start batch up to the training set, then bisection "
+            "between the largest fitting and the smallest out-of-memory batch; K is the one the system chose at "
+            "its largest batch. A search stopped by a probe that timed out gives a lower bound.", ""] + _table(
+        ["case", "system", "own K", "largest batch", "smallest OOM batch", "capacity MiB", "probes", "search s",
+         "status"], out)
+
+
+def epoch_time_section(frame: pd.DataFrame, sizes: dict[str, int]) -> list[str]:
+    """Time per epoch against capacity (median step seconds x steps per epoch), each system at its own K."""
+    rows = frame[frame["experiment"] == "epoch_time"]
+    out = []
+    order = {system: i for i, system in enumerate(dict.fromkeys(rows["system"]))}  # the config's order
+    groups = rows.groupby(["case", "system", "k", "device_memory_bytes"], sort=False)
+    for (case, system, k, capacity), group in sorted(groups, key=lambda g: (g[0][0], order[g[0][1]], g[0][3])):
+        size = sizes.get(str(group["dataset"].iloc[0]))
+        stats = t.epoch_time_stats(group, size) if size else None
+        ks = t.column_stats(group, "num_microbatches_max")
+        out.append([case, t.system_label(system, k), _fmt(capacity / t.MIB, 4), _fmt(ks[0] if ks else None),
+                    _fmt(stats[0] if stats else None), t.statuses(group)])
+    return ["## Time per epoch against the device capacity", "",
+            "Median step seconds x steps per epoch (training-set size / batch size), from a few timed steps; "
+            "each system at its own K under each capacity.", ""] + _table(
+        ["case", "system", "capacity MiB", "K", "s per epoch", "status"], out)
 
 
 def verify_section(paths: list[str]) -> list[str]:
@@ -181,7 +233,7 @@ def convergence_section(frame: pd.DataFrame) -> list[str]:
     return ["## Convergence (last epoch)", ""] + _table(["case", "system", "valid acc", "loss", "status"], out)
 
 
-def ablation_section(frame: pd.DataFrame) -> list[str]:
+def ablation_section(frame: pd.DataFrame, ratios: Optional[list] = None) -> list[str]:
     rows = frame[frame["experiment"] == "ablation"]
     out = []
     for (case, k), group in rows.groupby(["case", "k"], sort=False):
@@ -193,12 +245,14 @@ def ablation_section(frame: pd.DataFrame) -> list[str]:
             r = _time_ratio(sub, base) if variant != "all on" else None
             verdict = "-" if variant == "all on" or r is None else r.verdict_as("the technique pays",
                                                                                  "the technique costs")
+            if r is not None and ratios is not None:
+                ratios.append(_ratio_entry("ablation", f"ablation | {case} | K={k} | {variant} / all on", r, verdict))
             out.append([case, k, variant, _fmt(_median_time(sub)), _ratio_text(r), verdict, _fmt(peak),
                         _fmt(_ratio(peak, base_peak)), _fmt(red[0] if red else None)])
     return ["## Ablation (each technique off in turn)", "",
-            "Time vs all on = variant / all-on median step time with its 95% bootstrap interval: above 1 the "
-            "technique pays (turning it off is slower), below 1 it costs on this device, \"within noise\" "
-            "when the interval contains 1. Peak memory and redundancy are deterministic.", ""] + _table(
+            "Time vs all on = variant / all-on median step time: above 1 the technique pays (turning it off is "
+            f"slower), below 1 it costs on this device; {INTERVAL_TEXT}. Peak memory and redundancy are "
+            "deterministic.", ""] + _table(
         ["case", "K", "variant", "step s", "time vs all on", "verdict", "peak MiB", "peak vs all on", "redundancy"],
         out)
 
@@ -212,19 +266,23 @@ def status_section(frame: pd.DataFrame) -> list[str]:
     return lines + (_table(["experiment", "system", "dataset", "batch", "status", "reason"], rows) if rows else [])
 
 
-def render_summary(frame: pd.DataFrame, verify_paths: list[str]) -> str:
-    """The whole summary as Markdown."""
+def render_summary(frame: pd.DataFrame, verify_paths: list[str], searches: Optional[pd.DataFrame] = None,
+                   sizes: Optional[dict[str, int]] = None, ratios: Optional[list] = None) -> str:
+    """The whole summary as Markdown; every timed ratio is appended to ``ratios`` if given."""
+    searches = t.load_searches([]) if searches is None else searches
     sha = ", ".join(sorted(set(str(s)[:10] for s in frame["git_sha"].dropna()))) or "unknown"
     devices = ", ".join(sorted(set(str(d) for d in frame["device_name"].dropna()))) or "unknown"
     lines = ["# Cherry benchmark summary", "",
-             f"{len(frame)} runs from the workflow's run table; commit {sha}; device {devices}.", ""]
+             f"{len(frame)} runs from the workflow's run table and {len(searches)} memory-wall searches; "
+             f"commit {sha}; device {devices}.", ""]
     lines += ["# Timed results", "",
               "Timed runs never overlap (the workflow's `timed_runs` resource) and repeats are interleaved "
-              "across systems; every ratio carries its 95% bootstrap interval.", ""]
-    for section in (speedup_section(frame), ablation_section(frame)):
+              "across systems; every ratio carries its 95% interval from a bootstrap over repeats and steps.", ""]
+    for section in (speedup_section(frame, ratios), ablation_section(frame, ratios),
+                    epoch_time_section(frame, sizes or {})):
         lines += section
     lines += ["# Deterministic results", "", "Memory peaks, K, redundancy and gradient error: no repeats needed.", ""]
-    for section in (memory_section(frame), wall_section(frame), verify_section(verify_paths),
+    for section in (memory_section(frame), wall_section(searches), verify_section(verify_paths),
                     estimator_section(frame), convergence_section(frame), status_section(frame)):
         lines += section
     return "\n".join(lines).rstrip() + "\n"
@@ -237,14 +295,24 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("verify", nargs="*", help="outputs of `cherry verify` (one per check)")
     parser.add_argument("--table", required=True, help="results/records/runs.csv")
     parser.add_argument("--out", required=True, help="Markdown file to write")
+    parser.add_argument("--json", default=None, help="also write every timed ratio and its verdict here")
+    parser.add_argument("--searches", nargs="*", default=[], help="memory-wall search records")
+    parser.add_argument("--data-info", nargs="*", default=[], help="`cherry data info` outputs (steps per epoch)")
     args = parser.parse_args(argv)
     try:
         frame = t.load_table(args.table)
+        searches = t.load_searches(args.searches)
+        sizes = t.steps_per_epoch(args.data_info)
     except ValueError as exc:
-        print(f"cherry.report.summary: {exc}", file=sys.stderr)
+        print(f"cherry.report.summary: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    text = render_summary(frame, args.verify)
+    ratios: list = []
+    text = render_summary(frame, args.verify, searches, sizes, ratios)
     write_bytes_atomic(args.out, text.encode())
+    if args.json:
+        sha = sorted(set(str(s) for s in frame["git_sha"].dropna()))
+        payload = {"git_sha": sha, "num_runs": len(frame), "ratios": ratios}
+        write_bytes_atomic(args.json, (json.dumps(payload, indent=1) + "\n").encode())
     print(text, file=sys.stderr)
     return 0
 

@@ -96,6 +96,16 @@ def measured_step_times(rows: pd.DataFrame, column: str = "step_times_s") -> lis
     return values
 
 
+def measured_step_times_by_run(rows: pd.DataFrame, column: str = "step_times_s") -> list[list[float]]:
+    """Per-step seconds of each ok row (one list per run and repeat), warm-up excluded."""
+    runs = []
+    for _, row in ok_rows(rows).iterrows():
+        times = [float(t) for t in list(row[column])[int(row["warmup_steps"]):] if t is not None]
+        if times:
+            runs.append(times)
+    return runs
+
+
 def spread(values: list[float]) -> Optional[tuple[float, float, float]]:
     """(median, 10th percentile, 90th percentile), or None without values."""
     if not values:
@@ -132,26 +142,61 @@ def statuses(rows: pd.DataFrame) -> str:
     return next((s for s in values if s != "ok"), "ok") if values else "missing"
 
 
-def largest_trainable_batch(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per (case without batch size, system, K): the largest batch size with every repeat ok.
+SEARCH_COLUMNS = ["case", "system", "k", "status", "reason", "largest_fit_batch", "smallest_oom_batch",
+                  "capped_at_training_set", "training_set_size", "device_memory_bytes", "k_at_largest",
+                  "peak_at_largest_bytes", "num_probes", "search_wall_s", "probes", "git_sha", "device_name"]
 
-    Columns: case, system, k, largest_ok_batch (None if none), smallest_oom_batch (None if none),
-    device_memory_bytes.
-    """
+
+def load_searches(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """One row per memory-wall search record (`cherry.bench.capacity_run`), columns `SEARCH_COLUMNS`
+    (``k`` the requested K as text, ``case`` the setting without batch size; ValueError if unreadable)."""
+    from cherry.io import read_json
+
     out = []
-    if rows.empty:
-        return pd.DataFrame(out, columns=["case", "system", "k", "largest_ok_batch", "smallest_oom_batch",
-                                          "device_memory_bytes"])
-    rows = rows.assign(wall_case=[case_label(r, CASE_COLUMNS[:-1]) for _, r in rows.iterrows()])
-    for (case, system, k), group in rows.groupby(["wall_case", "system", "k"], sort=False):
-        by_batch = {int(b): statuses(g) for b, g in group.groupby("batch_size")}
-        ok = [b for b, s in by_batch.items() if s == "ok"]
-        oom = [b for b, s in by_batch.items() if s == "oom"]
-        capacity = group["device_memory_bytes"].dropna()
-        out.append({"case": case, "system": system, "k": k, "largest_ok_batch": max(ok) if ok else None,
-                    "smallest_oom_batch": min(oom) if oom else None,
-                    "device_memory_bytes": int(capacity.iloc[0]) if len(capacity) else None})
-    return pd.DataFrame(out)
+    for path in paths:
+        record = read_json(path, "search record")
+        if not isinstance(record, dict) or "probes" not in record or "spec" not in record:
+            raise ValueError(f"{str(path)!r} is not a search record of cherry.bench.capacity_run")
+        spec = dict(record["spec"])
+        spec["fanouts"] = ",".join(str(f) for f in spec["fanouts"])
+        largest = record["largest_fit_batch"]
+        at = next((p for p in record["probes"] if p["batch_size"] == largest and p["status"] == "ok"), {})
+        out.append({"case": case_label(spec, CASE_COLUMNS[:-1]), "system": record["system"],
+                    "k": _text(record["num_microbatches_requested"]), "status": record["status"],
+                    "reason": record["reason"], "largest_fit_batch": largest,
+                    "smallest_oom_batch": record["smallest_oom_batch"],
+                    "capped_at_training_set": bool(record["capped_at_training_set"]),
+                    "training_set_size": record["training_set_size"],
+                    "device_memory_bytes": record["device_memory_bytes"],
+                    "k_at_largest": at.get("num_microbatches_max"), "peak_at_largest_bytes": at.get("peak_tracked_bytes"),
+                    "num_probes": len(record["probes"]), "search_wall_s": record.get("search_wall_s"),
+                    "probes": record["probes"], "git_sha": record.get("git_sha"),
+                    "device_name": record.get("device_name")})
+    return pd.DataFrame(out, columns=SEARCH_COLUMNS)
+
+
+def steps_per_epoch(info_paths: Iterable[str | os.PathLike]) -> dict[str, int]:
+    """``{dataset: training-set size}`` from `cherry data info` outputs (ValueError if unreadable)."""
+    from cherry.io import read_json
+
+    sizes = {}
+    for path in info_paths:
+        info = read_json(path, "dataset info")
+        try:
+            sizes[str(info["name"])] = int(info["split_sizes"]["train"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{str(path)!r} has no name and split_sizes.train: expected `cherry data info` output") from None
+    return sizes
+
+
+def epoch_time_stats(rows: pd.DataFrame, train_size: int) -> Optional[tuple[float, float, float]]:
+    """(median, 10th, 90th percentile) seconds per epoch of ``rows`` (one batch size): per-step seconds
+    times the steps of one epoch, ceil(training-set size / batch size)."""
+    stats = step_time_stats(rows)
+    if stats is None or rows.empty:
+        return None
+    steps = math.ceil(train_size / int(rows["batch_size"].iloc[0]))
+    return tuple(v * steps for v in stats)
 
 
 def estimator_rows(frame: pd.DataFrame) -> pd.DataFrame:

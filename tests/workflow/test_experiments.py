@@ -13,6 +13,7 @@ from cherry.bench.experiments import (
     expand_experiments,
     needs_ordering,
     plan_runs,
+    plan_searches,
     verify_arguments,
     verify_checks,
 )
@@ -31,8 +32,10 @@ SMALL = {
     "run": {"hidden": 16, "fanouts": [5, 10], "batch_size": 256, "epochs": 0, "steps": 2, "warmup": 1,
             "evaluate": False},
     "experiments": {
-        "memory_wall": [{"dataset": "synth-tiny", "device_memory_bytes": "12MiB", "batch_sizes": [128, 512],
+        "memory_wall": [{"dataset": "synth-tiny", "device_memory_bytes": "12MiB", "start_batch": 128,
                          "systems": {"cherry": ["auto"], "full": [1], "betty": [2]}}],
+        "epoch_time": [{"dataset": "synth-tiny", "device_memory_bytes": ["8MiB", "16MiB"],
+                        "systems": {"cherry": ["auto"], "full": [1]}}],
         "microbatch_cost": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": [2, 4]}, "repeats": 2}],
         "sensitivity": [{"dataset": "synth-tiny", "systems": {"full": [1]}, "layer_fanouts": [5, 10, 15],
                          "vary": {"aggr": ["mean", "gat"], "layers": [1, 3], "fanout": [4]}}],
@@ -44,16 +47,29 @@ SMALL = {
 
 def test_small_config_expands_to_valid_specs_with_unique_stable_ids():
     specs = expand_experiments(SMALL)
-    # memory wall 3 systems x 2 batches; cost (1 + 2) x 2 repeats; sensitivity 2 + 2 + 1; ablation 2
-    assert len(specs) == 6 + 6 + 5 + 2
+    # cost (1 + 2) x 2 repeats; sensitivity 2 + 2 + 1; ablation 2; epoch time 2 systems x 2 capacities
+    assert len(specs) == 6 + 5 + 2 + 4
     ids = [run_id(spec_from_dict(s)) for s in specs]
     assert len(set(ids)) == len(ids)
     assert list(plan_runs(SMALL)) == ids  # same order, same ids on every call
-    wall = [s for s in specs if s["experiment"] == "memory_wall"]
-    assert {s["device_memory_bytes"] for s in wall} == {12 * 2**20}
-    assert {(s["system"], s["num_microbatches"]) for s in wall} == {("cherry", "auto"), ("full", 1), ("betty", 2)}
+    assert not [s for s in specs if s["experiment"] == "memory_wall"]  # the memory wall is searched
     assert sorted(s["repeat"] for s in specs if s["experiment"] == "microbatch_cost" and s["num_microbatches"] == 4) == [0, 1]
-    assert ids[0] == "memory_wall-cherry-synth-tiny-b128-kauto-r0-" + ids[0][-6:]  # readable names
+    assert ids[0] == "microbatch_cost-full-synth-tiny-b256-k1-r0-" + ids[0][-6:]  # readable names
+    epoch = [s for s in specs if s["experiment"] == "epoch_time"]
+    assert sorted({s["device_memory_bytes"] for s in epoch}) == [8 * 2**20, 16 * 2**20]
+    assert {(s["system"], s["num_microbatches"]) for s in epoch} == {("cherry", "auto"), ("full", 1)}
+
+
+def test_memory_wall_expands_to_one_search_per_system_and_k():
+    searches = plan_searches({**SMALL, "repeats": 3})  # a search is deterministic: never repeated
+    assert len(searches) == 3
+    wall = [s["spec"] for s in searches.values()]
+    assert {s["device_memory_bytes"] for s in wall} == {12 * 2**20} and {s["batch_size"] for s in wall} == {128}
+    assert {(s["system"], s["num_microbatches"]) for s in wall} == {("cherry", "auto"), ("full", 1), ("betty", 2)}
+    assert {(s["ratio_tolerance"], s["seed_tolerance"]) for s in searches.values()} == {(1.1, 64)}
+    first = next(iter(searches))
+    assert first == "memory_wall-cherry-synth-tiny-b128-kauto-r0-" + first[-6:]
+    assert first == run_id(spec_from_dict(searches[first]["spec"]))
 
 
 def test_sensitivity_axes_set_model_layers_and_fanouts():
@@ -79,7 +95,10 @@ def test_ablation_runs_all_on_then_each_variant():
     (lambda c: c.update(bogus=1), "Additional properties are not allowed ('bogus'"),
     (lambda c: c["experiments"].update(memory_walls=[]), "memory_walls"),
     (lambda c: c["run"].update(hidden=0), "key run/hidden"),
-    (lambda c: c["experiments"]["memory_wall"][0].update(batch_sizes=[-1]), "batch_sizes/0"),
+    (lambda c: c["experiments"]["memory_wall"][0].update(start_batch=0), "start_batch"),
+    (lambda c: c["experiments"]["memory_wall"][0].update(ratio_tolerance=1), "ratio_tolerance"),
+    (lambda c: c["experiments"]["memory_wall"][0].update(batch_sizes=[256]), "batch_sizes"),
+    (lambda c: c["experiments"]["epoch_time"][0].update(device_memory_bytes=[]), "device_memory_bytes"),
     (lambda c: c["experiments"]["microbatch_cost"][0]["systems"].update(full=[2]), "K must be 1"),
     (lambda c: c["run"].update(layers=2), "'layers' was unexpected"),
     (lambda c: c["experiments"]["ablation"][0]["variants"].append({"turbo": True}), "options"),

@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from cherry.bench.experiments import plan_runs
+from cherry.bench.experiments import plan_runs, plan_searches
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEFILE = REPO / "Snakefile"
 FIGURES = ("memory_wall", "microbatch_cost", "redundancy", "breakdown", "convergence", "sensitivity",
-           "ablation", "estimator")
+           "ablation", "estimator", "epoch_time")
 
 
 def tiny_config(root: Path) -> dict:
@@ -31,8 +31,11 @@ def tiny_config(root: Path) -> dict:
                 "epochs": 0, "warmup": 1, "steps": 2, "evaluate": False, "timeout_s": 120},
         "experiments": {
             # full peaks at ~16 MiB for batch 512 with LSTM: out of memory under 12 MiB; cherry splits
-            "memory_wall": [{"dataset": "synth-tiny", "device_memory_bytes": "12MiB", "batch_sizes": [128, 512],
-                             "systems": {"cherry": ["auto"], "full": [1], "betty": [2]}, "run": {"aggr": "lstm"}}],
+            "memory_wall": [{"dataset": "synth-tiny", "device_memory_bytes": "12MiB", "start_batch": 128,
+                             "systems": {"cherry": ["auto"], "full": [1], "betty": [2]},
+                             "run": {"aggr": "lstm", "warmup": 0, "steps": 1}}],
+            "epoch_time": [{"dataset": "synth-tiny", "device_memory_bytes": ["8MiB", "64MiB"],
+                            "systems": {"cherry": ["auto"], "full": [1]}, "run": {"aggr": "lstm", "batch_size": 512}}],
             "microbatch_cost": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": [2, 4], "betty": [2],
                                                                       "buffalo": [2], "naive": [2]}}],
             "breakdown": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": [2], "buffalo": [2]}}],
@@ -40,7 +43,8 @@ def tiny_config(root: Path) -> dict:
                              "run": {"epochs": 2, "evaluate": True}}],
             "sensitivity": [{"dataset": "synth-tiny", "systems": {"full": [1], "cherry": ["auto"]},
                              "run": {"budget_bytes": "2MiB"}, "vary": {"aggr": ["mean", "gat"]}}],
-            "ablation": [{"dataset": "synth-tiny", "num_microbatches": [2], "variants": [{"pipeline": False}]}],
+            "ablation": [{"dataset": "synth-tiny", "num_microbatches": [2], "variants": [{"pipeline": False}],
+                          "repeats": 2, "run": {"steps": 3}}],  # 2 repeats: a ratio with a verdict
             "distributed": [{"dataset": "synth-tiny", "nproc": [2], "num_microbatches": [2]}],
         },
         "verify": [{"name": "sage-mean", "dataset": "synth-tiny", "aggr": "mean", "hidden": 16, "fanouts": [5, 10],
@@ -86,12 +90,27 @@ def test_every_figure_table_summary_and_record_exists(finished):
     assert sorted(table["run_id"]) == sorted(runs)
     assert len(pd.read_parquet(results / "records" / "runs.parquet")) == len(runs)
     assert set(table["status"]) <= {"ok", "oom"}
-    assert (table["status"] == "ok").sum() >= len(runs) - 2
+    assert (table["status"] == "ok").sum() >= len(runs) - 3  # full at 8 MiB (epoch time) is out of memory
     assert table[table["experiment"] == "distributed"]["nproc"].tolist() == [2]
-    wall = table[table["experiment"] == "memory_wall"].set_index(["system", "batch_size"])["status"]
-    assert wall[("full", 512)] == "oom" and wall[("cherry", 512)] == "ok"
+    searches = {s["spec"]["system"]: json.loads((results / "records" / "searches" / f"{i}.json").read_text())
+                for i, s in plan_searches(config).items()}
+    # full (~16 MiB at batch 512 with LSTM) hits the 12 MiB wall; cherry trains the whole training set
+    assert searches["full"]["status"] == "ok" and searches["full"]["largest_fit_batch"] < 512
+    assert searches["full"]["smallest_oom_batch"] is not None
+    assert searches["cherry"]["capped_at_training_set"] and searches["cherry"]["largest_fit_batch"] == 1200
+    epoch = table[table["experiment"] == "epoch_time"].set_index(["system", "device_memory_bytes"])["status"]
+    assert epoch[("full", 8 * 2**20)] == "oom" and epoch[("cherry", 8 * 2**20)] == "ok"
+    ratios = json.loads((results / "summary.json").read_text())["ratios"]
+    assert [r["key"].split(" | ")[-1] for r in ratios] == ["pipeline=false / all on"]
+    assert ratios[0]["runs"] == [2, 2] and ratios[0]["verdict"] in ("the technique pays", "within noise",
+                                                                    "the technique costs")
+    compared = subprocess.run([sys.executable, "-m", "cherry.report.compare_verdicts", str(results / "summary.json"),
+                               str(results / "summary.json")], capture_output=True, text=True)
+    assert compared.returncode == 0 and "1 of 1 verdicts agree" in compared.stdout, compared.stdout
     summary = (results / "summary.md").read_text()
-    for heading in ("## Step time", "## Peak memory", "## Largest trainable batch", "## Gradient equivalence",
+    assert "1,200 (whole training set)" in summary
+    for heading in ("## Step time", "## Peak memory", "## Largest trainable batch", "## Time per epoch",
+                    "## Gradient equivalence",
                     "## Memory estimator", "## Convergence", "## Ablation", "## Runs"):
         assert heading in summary
     assert "| sage-mean | 2 | 256 |" in summary and "within" in summary

@@ -9,14 +9,17 @@ import sys
 from cherry.bench.experiments import (
     ConfigError,
     check_datasets_available,
+    datasets_used,
     needs_ordering,
     plan_runs,
+    plan_searches,
     verify_arguments,
     verify_checks,
 )
 
 try:
     RUNS = plan_runs(config)
+    SEARCHES = plan_searches(config)  # the memory wall: one largest-batch search per system and K
     CHECKS = verify_checks(config)
     check_datasets_available(config)  # a real dataset missing from the data root stops here, not in a job
 except ConfigError as exc:
@@ -34,7 +37,7 @@ THREADS = config.get("threads", 1)  # Snakemake exports it as OMP_NUM_THREADS of
 # Experiments whose step times are compared (their runs must not overlap); the others measure memory,
 # K or accuracy, which other jobs beside them do not change (sensitivity: its peaks are the point;
 # its times are indicative).
-TIMED_EXPERIMENTS = ("microbatch_cost", "breakdown", "ablation", "distributed")
+TIMED_EXPERIMENTS = ("microbatch_cost", "breakdown", "ablation", "distributed", "epoch_time")
 DATA_ROOT = (config.get("data") or {}).get("root")
 # The project's environment for `--software-deployment-method conda` (jobs run in the current
 # environment otherwise).
@@ -50,11 +53,13 @@ FIGURES = {
     "sensitivity": "sensitivity",
     "ablation": "ablation",
     "estimator": "cherry",
+    "epoch_time": "epoch_time",
 }
 
 
 wildcard_constraints:
     run="[A-Za-z0-9_.-]+",
+    search="[A-Za-z0-9_.-]+",
     dataset="[A-Za-z0-9_.-]+",
     ordering="metis|random",
     seed="[0-9]+",
@@ -72,8 +77,16 @@ def verify_paths():
     return [f"results/verify/{check}.txt" for check in CHECKS]
 
 
+def search_paths():
+    """Every memory-wall search's record."""
+    return [f"results/records/searches/{search}.json" for search in SEARCHES]
+
+
 def has_runs(what):
-    """Whether some run belongs to experiment ``what`` ("cherry": some run of the cherry system)."""
+    """Whether some run belongs to experiment ``what`` ("cherry": some run of the cherry system;
+    "memory_wall": some search)."""
+    if what == "memory_wall":
+        return bool(SEARCHES)
     if what == "cherry":
         return any(spec["system"] == "cherry" for spec in RUNS.values())
     return any(spec["experiment"] == what for spec in RUNS.values())
@@ -99,9 +112,37 @@ def run_inputs(wildcards):
     return inputs
 
 
+def search_inputs(wildcards):
+    """A search needs its spec, its dataset and, for cherry, its seed ordering computed once."""
+    spec = SEARCHES[wildcards.search]["spec"]
+    inputs = {"spec": f"results/specs/{wildcards.search}.json", "data": data_stamp(spec["dataset"])}
+    ordering = needs_ordering(spec)
+    if ordering is not None:
+        inputs["ordering"] = f"results/data/{spec['dataset']}/ordering-{ordering}-{spec['seed']}.json"
+    return inputs
+
+
+def search_options(wildcards):
+    """`cherry.bench.capacity_run` tolerance options of one search."""
+    search = SEARCHES[wildcards.search]
+    return f"--ratio-tolerance {search['ratio_tolerance']} --seed-tolerance {search['seed_tolerance']}"
+
+
+def search_gpus(wildcards):
+    return 1 if SEARCHES[wildcards.search]["spec"]["device"] == "cuda" else 0
+
+
 def spec_text(wildcards):
-    """The run's spec as JSON (a params change re-writes the spec file)."""
-    return json.dumps(RUNS[wildcards.run], indent=2, sort_keys=True)
+    """The spec of a run or of a search's start as JSON (a params change re-writes the spec file)."""
+    spec = RUNS[wildcards.run] if wildcards.run in RUNS else SEARCHES[wildcards.run]["spec"]
+    return json.dumps(spec, indent=2, sort_keys=True)
+
+
+def report_inputs(wildcards):
+    """What figures and the summary read: the run table, the searches, and each dataset's info
+    (its training-set size gives steps per epoch)."""
+    return {"table": "results/records/runs.csv", "searches": search_paths(),
+            "info": [data_stamp(name) for name in datasets_used(config)]}
 
 
 def run_threads(wildcards):

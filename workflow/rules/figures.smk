@@ -1,12 +1,12 @@
 # One rule draws every figure (its caption in the HTML report: its section of workflow/report/figure.rst,
 # chosen by the {figure} wildcard); each is
-# drawn from the table alone by `python -m cherry.report.figures NAME`, as PNG and PDF. Which figures
+# drawn from the table (and the memory wall's searches, the datasets' sizes) alone by `python -m cherry.report.figures NAME`, as PNG and PDF. Which figures
 # exist, and which experiment feeds each, is FIGURES in common.smk.
 
 
 rule draw_figure:
     input:
-        table="results/records/runs.csv",
+        unpack(report_inputs),
     output:
         png=report(
             "results/figures/{figure}.png",
@@ -21,4 +21,4 @@ rule draw_figure:
         CONDA_ENV
     shell:
         "python -m cherry.report.figures {wildcards.figure} --table {input.table} --png {output.png}"
-        " --pdf {output.pdf} 2> {log}"
+        " --pdf {output.pdf} --searches {input.searches} --data-info {input.info} 2> {log}"

@@ -9,14 +9,15 @@ report: "../report/workflow.rst"
 
 rule write_summary:
     input:
-        table="results/records/runs.csv",
+        unpack(report_inputs),
         checks=verify_paths(),
     output:
         summary=report("results/summary.md", caption="../report/summary.rst", category="Summary"),
+        ratios="results/summary.json",
     log:
         "results/logs/write_summary.log",
     conda:
         CONDA_ENV
     shell:
-        "python -m cherry.report.summary --table {input.table} --out {output.summary}"
-        " {input.checks} 2> {log}"
+        "python -m cherry.report.summary --table {input.table} --out {output.summary} --json {output.ratios}"
+        " --searches {input.searches} --data-info {input.info} -- {input.checks} 2> {log}"

@@ -37,3 +37,25 @@ rule run_benchmark:
         CONDA_ENV
     shell:
         "python -m cherry.bench.run --spec {input.spec} --out {output.record} 2> {log}"
+
+
+# The memory wall: one job per (case, system, K) searches the largest batch that trains under the
+# capacity (doubling, then bisection; each probe a short run). By hand:
+#   python -m cherry.bench.capacity_run --spec results/specs/SEARCH.json --out search.json
+# Untimed: it measures memory, which jobs beside it do not change.
+rule search_largest_batch:
+    input:
+        unpack(search_inputs),
+    output:
+        record="results/records/searches/{search}.json",
+    log:
+        "results/logs/searches/{search}.log",
+    params:
+        options=search_options,
+    threads: THREADS
+    resources:
+        gpu=search_gpus,
+    conda:
+        CONDA_ENV
+    shell:
+        "python -m cherry.bench.capacity_run --spec {input.spec} --out {output.record} {params.options} 2> {log}"
