@@ -70,6 +70,32 @@ def refine_groups(indptrs: Sequence[torch.Tensor], indices: Sequence[torch.Tenso
                           float(max_group_weight), num_passes)
 
 
+def refine_groups_many(indptrs: Sequence[torch.Tensor], indices: Sequence[torch.Tensor], positions: torch.Tensor,
+                       groups: torch.Tensor, weights: torch.Tensor, num_groups: int, num_inputs: int,
+                       max_group_weights: Sequence[float], num_passes: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """`refine_groups` of every row of ``groups`` (``[C, n]``) under its own cap ``max_group_weights[c]``,
+    building the reaches once; returns ``(refined [C, n], summed distinct inputs [C])``."""
+    if not isinstance(groups, torch.Tensor) or groups.dim() != 2 or groups.shape[0] < 1:
+        raise ValueError("groups must be a [C, n] tensor with C >= 1")
+    caps = list(max_group_weights) if isinstance(max_group_weights, (list, tuple)) else None
+    if caps is None or len(caps) != groups.shape[0] or any(isinstance(c, bool) or not isinstance(c, (int, float)) for c in caps):
+        raise ValueError(f"max_group_weights must be a list of {groups.shape[0]} numbers (one per row of groups)")
+    for row in groups:  # each row validated as refine_groups validates its groups
+        refine_groups(indptrs, indices, positions, row, weights, num_groups, num_inputs, float(caps[0]), 0)
+    return _refine_groups_many(list(indptrs), list(indices), positions, groups, weights, num_groups, num_inputs,
+                               [float(c) for c in caps], num_passes)
+
+
+def _refine_groups_many(indptrs: list[torch.Tensor], indices: list[torch.Tensor], positions: torch.Tensor,
+                        groups: torch.Tensor, weights: torch.Tensor, num_groups: int, num_inputs: int,
+                        max_group_weights: list[float], num_passes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if positions.device.type in ("cpu", "cuda") and extension_available():
+        return torch.ops.cherry.refine_groups_many(indptrs, indices, positions, groups, weights, num_groups,
+                                                   num_inputs, max_group_weights, num_passes)
+    return ref.refine_groups_many(indptrs, indices, positions, groups, weights, num_groups, num_inputs,
+                                  max_group_weights, num_passes)
+
+
 def _refine_groups(indptrs: list[torch.Tensor], indices: list[torch.Tensor], positions: torch.Tensor,
                    groups: torch.Tensor, weights: torch.Tensor, num_groups: int, num_inputs: int,
                    max_group_weight: float, num_passes: int) -> torch.Tensor:

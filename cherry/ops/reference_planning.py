@@ -32,6 +32,10 @@ top block's edges, and a heap of the scored seeds.
 `group_shapes`: for each group, per layer (input layer first), ``(num_src, num_dst, num_edges)`` of the
 micro-batch `slice_blocks` would build from its seeds, counted without building it.
 
+`refine_groups_many` refines each row of a ``[C, n]`` start under its own cap on one build of the
+reaches (each row exactly as `refine_groups` would) and also returns each result's objective
+``sum_g |union_{i in g} R(i)|``: a cap below every weight leaves a start as it is and only counts it.
+
 Cost: building the reaches is linear in the edges of the seeds' sampled trees (with multiplicity),
 each pass ``O(sum_i |R(i)| * K)``.
 """
@@ -67,11 +71,28 @@ def refine_groups(indptrs: list[torch.Tensor], indices: list[torch.Tensor], posi
                   groups: torch.Tensor, weights: torch.Tensor, num_groups: int, num_inputs: int,
                   max_group_weight: float, num_passes: int) -> torch.Tensor:
     """The refined group of every seed (int64, like ``groups``); inputs validated by the caller."""
-    k = num_groups
     ptr, pos = reaches(indptrs, indices, positions, num_inputs)
+    return _greedy(ptr, pos, groups, weights, num_groups, num_inputs, max_group_weight, num_passes)[0]
+
+
+def refine_groups_many(indptrs: list[torch.Tensor], indices: list[torch.Tensor], positions: torch.Tensor,
+                       groups: torch.Tensor, weights: torch.Tensor, num_groups: int, num_inputs: int,
+                       max_group_weights: list[float], num_passes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row of ``groups`` (``[C, n]``) refined under its cap, on one build of the reaches, and the
+    summed distinct inputs of each result (int64, ``[C]``)."""
+    ptr, pos = reaches(indptrs, indices, positions, num_inputs)
+    runs = [_greedy(ptr, pos, g, weights, num_groups, num_inputs, cap, num_passes)
+            for g, cap in zip(groups, max_group_weights)]
+    out = torch.stack([r[0] for r in runs]) if runs else groups.clone()
+    return out, torch.tensor([r[1] for r in runs], dtype=torch.int64, device=positions.device)
+
+
+def _greedy(ptr: torch.Tensor, pos: torch.Tensor, groups: torch.Tensor, weights: torch.Tensor, num_groups: int,
+            num_inputs: int, max_group_weight: float, num_passes: int) -> tuple[torch.Tensor, int]:
+    k = num_groups
     ptr_l, w = ptr.tolist(), weights.tolist()
     g = groups.clone()
-    cnt = torch.zeros((num_inputs, k), dtype=torch.int64, device=positions.device)
+    cnt = torch.zeros((num_inputs, k), dtype=torch.int64, device=pos.device)
     cnt.index_put_((pos, torch.repeat_interleave(g, ptr[1:] - ptr[:-1])), torch.ones_like(pos), accumulate=True)
     size = torch.bincount(g, minlength=k).tolist()
     total = [0.0] * k
@@ -80,7 +101,7 @@ def refine_groups(indptrs: list[torch.Tensor], indices: list[torch.Tensor], posi
     g_list = g.tolist()
     for _ in range(num_passes):
         moved = 0
-        for i in range(positions.numel()):
+        for i in range(len(g_list)):
             a = g_list[i]
             if size[a] <= 1:
                 continue
@@ -104,7 +125,7 @@ def refine_groups(indptrs: list[torch.Tensor], indices: list[torch.Tensor], posi
             moved += 1
         if moved == 0:
             break
-    return torch.tensor(g_list, dtype=torch.int64, device=positions.device)
+    return torch.tensor(g_list, dtype=torch.int64, device=pos.device), int((cnt > 0).sum())
 
 
 def grow_groups(indptr: torch.Tensor, indices: torch.Tensor, order: torch.Tensor, weights: torch.Tensor,

@@ -39,22 +39,26 @@ def _sliced(blocks: Blocks, groups, memory_model: MemoryModel):
     return tuple(groups), parts, tuple(memory_model.estimate_bytes(BatchShape.of(p)) for p in parts)
 
 
-def _best_labels(blocks: Blocks, order: torch.Tensor, candidates: list[torch.Tensor], k: int,
+def _best_labels(blocks: Blocks, order: torch.Tensor, labels: torch.Tensor, inputs: torch.Tensor, k: int,
                  memory_model: MemoryModel) -> torch.Tensor:
-    """The candidate (the first is the contiguous split) with the fewest exact input nodes among those
-    whose largest estimate is within ``MAX_GROWTH`` of the first's."""
+    """Of the candidates ``labels`` (``[C, n]``, the contiguous split first) with summed input nodes
+    ``inputs``, the one with the fewest inputs whose largest estimate is within ``MAX_GROWTH`` of the
+    contiguous split's. Shapes are counted in order of inputs, so usually only two are."""
     layers = blocks.layers
     ips, inds = [b.indptr for b in layers], [b.indices for b in layers]
-    best, best_inputs, limit = candidates[0], None, None
-    for labels in candidates:
-        counts = _group_shapes(ips, inds, order, labels, k).tolist()
-        worst = max(memory_model.estimate_bytes(BatchShape(tuple(LayerShape(*c) for c in group))) for group in counts)
-        inputs = sum(group[0][0] for group in counts)
-        if limit is None:
-            limit, best_inputs = worst * (1 + MAX_GROWTH), inputs
-        elif worst <= limit and inputs < best_inputs:
-            best, best_inputs = labels, inputs
-    return best
+
+    def worst(row: torch.Tensor) -> int:
+        counts = _group_shapes(ips, inds, order, row, k).tolist()
+        return max(memory_model.estimate_bytes(BatchShape(tuple(LayerShape(*c) for c in group))) for group in counts)
+
+    limit = worst(labels[0]) * (1 + MAX_GROWTH)
+    first = inputs.tolist()
+    for c in sorted(range(1, len(first)), key=lambda c: (first[c], c)):
+        if first[c] >= first[0]:
+            break
+        if worst(labels[c]) <= limit:
+            return labels[c]
+    return labels[0]
 
 
 class BudgetTooSmallError(ValueError):
@@ -125,7 +129,7 @@ def plan_microbatches(
         order, sizes = torch.cat(groups), [g.numel() for g in groups]
         weights = (torch.ones(n, dtype=torch.float64) if balance == "count" else costs.index_select(0, order).to(torch.float64))
         try:
-            labels = _best_labels(blocks, order, candidate_labels(blocks, order, sizes, weights), k, memory_model)
+            labels = _best_labels(blocks, order, *candidate_labels(blocks, order, sizes, weights), k, memory_model)
         except torch.OutOfMemoryError:  # candidates are an optimisation: a device too full keeps the contiguous split
             return _sliced(blocks, groups, memory_model)
         perm = torch.argsort(labels, stable=True)  # stable: each group keeps the locality order

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from cherry.ops import csr_aggregate
-from cherry.ops.planning import _grow_groups, _refine_groups
+from cherry.ops.planning import _grow_groups, _refine_groups, _refine_groups_many
 from cherry.planning.memory_model import MemoryModel
 from cherry.sampling import Blocks
 
@@ -123,11 +123,12 @@ def refine_split(blocks: Blocks, groups: tuple[torch.Tensor, ...], costs: torch.
 
 
 def candidate_labels(blocks: Blocks, order: torch.Tensor, sizes: list[int], weights: torch.Tensor,
-                     tolerances: tuple[float, ...] = CANDIDATE_TOLERANCES) -> list[torch.Tensor]:
-    """Candidate assignments (each int64, ``[n]``, a group in ``[0, K)`` per entry of ``order``) of the
-    seeds at positions ``order`` (the contiguous split's groups concatenated, of ``sizes``), the
-    contiguous split first (see the module docstring). Caps: ``(1 + tolerance)`` times the heaviest
-    contiguous group's weight (``weights``: float64, by entry of ``order``)."""
+                     tolerances: tuple[float, ...] = CANDIDATE_TOLERANCES) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(labels [C, n], inputs [C])``: candidate assignments (a group in ``[0, K)`` per entry of
+    ``order``) of the seeds at positions ``order`` (the contiguous split's groups concatenated, of
+    ``sizes``), the contiguous split first (see the module docstring), and each one's summed input
+    nodes. Caps: ``(1 + tolerance)`` times the heaviest contiguous group's weight (``weights``:
+    float64, by entry of ``order``)."""
     k = len(sizes)
     if k < 2 or any(s < 1 for s in sizes) or sum(sizes) != order.numel():
         raise ValueError(f"sizes must be >= 2 positive group sizes summing to {order.numel()}, got {sizes}")
@@ -136,18 +137,13 @@ def candidate_labels(blocks: Blocks, order: torch.Tensor, sizes: list[int], weig
     device = order.device
     contiguous = torch.cat([torch.full((s,), g, dtype=torch.int64, device=device) for g, s in enumerate(sizes)])
     heaviest = float(torch.bincount(contiguous, weights=weights, minlength=k).max())
+    caps = [heaviest * (1.0 + t) for t in tolerances]
     layers, top = blocks.layers, blocks.layers[-1]
-    ips, inds = [b.indptr for b in layers], [b.indices for b in layers]
-
-    def refine(start, cap, full):
-        if full:
-            return _refine_groups(ips, inds, order, start, weights, k, layers[0].num_src, cap, REFINE_PASSES)
-        return _refine_groups([top.indptr], [top.indices], order, start, weights, k, top.num_src, cap, TOP_PASSES)
-
     grown = _grow_groups(top.indptr, top.indices, order, weights, k)
-    out = [contiguous]
-    for t in tolerances:
-        cap = heaviest * (1.0 + t)
-        descended = refine(grown, cap, False)
-        out += [refine(contiguous, cap, True), descended, refine(descended, cap, True)]
-    return out
+    descended, _ = _refine_groups_many([top.indptr], [top.indices], order, grown.expand(len(caps), -1), weights, k,
+                                       top.num_src, caps, TOP_PASSES)
+    # one build of the input-layer reaches for every start; the contiguous split under an impossible cap
+    # stays as it is and is only counted
+    starts = torch.cat([contiguous.expand(len(caps) + 1, -1), descended])
+    return _refine_groups_many([b.indptr for b in layers], [b.indices for b in layers], order, starts, weights, k,
+                               layers[0].num_src, [float("-inf")] + caps + caps, REFINE_PASSES)

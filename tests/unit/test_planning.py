@@ -95,7 +95,8 @@ def test_locality_rank_is_a_permutation():
 
 
 def test_metis_order_lowers_redundancy():
-    """On a graph of dense clusters, contiguous chunks in METIS order duplicate fewer inputs."""
+    """On a graph of dense clusters, contiguous chunks in METIS order duplicate fewer inputs (the
+    order alone: the plan's other candidates recover much of it from a random order too)."""
     n, clusters = 1200, 12
     g = torch.Generator().manual_seed(0)
     cluster = torch.randperm(n, generator=g) % clusters  # cluster ids scattered over node ids
@@ -112,7 +113,7 @@ def test_metis_order_lowers_redundancy():
     red = {}
     for method in ("metis", "random"):
         rank = locality_rank(graph, method, nodes_per_part=50)
-        red[method] = plan_microbatches(blocks, mm, num_microbatches=8, seed_rank=rank).redundancy[0]
+        red[method] = plan_microbatches(blocks, mm, num_microbatches=8, seed_rank=rank, refine=False).redundancy[0]
     assert red["metis"] < 0.8 * red["random"], red
 
 
