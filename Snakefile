@@ -52,6 +52,7 @@ rule all:
         summary="results/summary.md",
         table="results/records/runs.csv",
         parquet="results/records/runs.parquet",
+        planner=planner_paths(),
     default_target: True
 
 
@@ -60,3 +61,4 @@ include: "workflow/rules/runs.smk"
 include: "workflow/rules/records.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/planner.smk"

@@ -15,6 +15,7 @@
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/repeat_interleave.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -22,6 +23,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -95,15 +97,11 @@ __global__ void greedy_kernel(const int64_t* ptr, const int64_t* reach, int64_t 
   }
 }
 
-at::Tensor refine_groups_cuda(at::TensorList indptrs, at::TensorList indices, const at::Tensor& positions,
-                              const at::Tensor& groups, const at::Tensor& weights, int64_t num_groups,
-                              int64_t num_inputs, double max_group_weight, int64_t num_passes) {
-  TORCH_CHECK(indptrs.size() == indices.size() && !indptrs.empty(), "refine_groups: one indptr and indices per layer");
-  TORCH_CHECK(num_groups >= 1 && num_inputs >= 1, "refine_groups: num_groups and num_inputs must be >= 1");
-  const c10::cuda::CUDAGuard guard(positions.device());
-  const auto stream = c10::cuda::getCurrentCUDAStream();
+// Reaches as in the reference: (owner, node) keys made unique per layer; returns (ptr [n+1], node).
+std::pair<at::Tensor, at::Tensor> build_reaches(at::TensorList indptrs, at::TensorList indices,
+                                                const at::Tensor& positions, int64_t num_inputs,
+                                                at::Tensor* owner_out) {
   const int64_t n = positions.numel();
-  const int64_t k = num_groups;
   const auto opts = positions.options();
   at::Tensor owner = at::arange(n, opts);
   at::Tensor node = positions.contiguous();
@@ -122,23 +120,70 @@ at::Tensor refine_groups_cuda(at::TensorList indptrs, at::TensorList indices, co
   }
   at::Tensor ptr = at::zeros({n + 1}, opts);
   ptr.slice(0, 1).copy_(at::cumsum(at::bincount(owner, {}, n), 0));
-  at::Tensor out = groups.contiguous().clone();
-  at::Tensor cnt = at::zeros({num_inputs * k}, opts.dtype(at::kInt));
+  *owner_out = owner;
+  return {ptr, node};
+}
+
+// Refine `out` (one start, in place) on the built reaches; returns the count array.
+at::Tensor run_greedy(const at::Tensor& ptr, const at::Tensor& node, const at::Tensor& owner, const at::Tensor& w,
+                      int64_t n, int64_t k, int64_t num_inputs, double cap, int64_t num_passes, at::Tensor& out) {
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  at::Tensor cnt = at::zeros({num_inputs * k}, node.options().dtype(at::kInt));
   const int64_t m = node.numel();
   if (m > 0) {
     count_kernel<<<static_cast<int>((m + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
         owner.data_ptr<int64_t>(), node.data_ptr<int64_t>(), m, out.data_ptr<int64_t>(), k, cnt.data_ptr<int32_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  const at::Tensor w = weights.contiguous();
   const size_t shared = static_cast<size_t>(k) * (sizeof(double) + sizeof(long long) + sizeof(int));
   greedy_kernel<<<1, kThreads, shared, stream>>>(ptr.data_ptr<int64_t>(), node.data_ptr<int64_t>(), n,
-                                                 w.data_ptr<double>(), k, max_group_weight, num_passes,
-                                                 out.data_ptr<int64_t>(), cnt.data_ptr<int32_t>());
+                                                 w.data_ptr<double>(), k, cap, num_passes, out.data_ptr<int64_t>(),
+                                                 cnt.data_ptr<int32_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return cnt;
+}
+
+at::Tensor refine_groups_cuda(at::TensorList indptrs, at::TensorList indices, const at::Tensor& positions,
+                              const at::Tensor& groups, const at::Tensor& weights, int64_t num_groups,
+                              int64_t num_inputs, double max_group_weight, int64_t num_passes) {
+  TORCH_CHECK(indptrs.size() == indices.size() && !indptrs.empty(), "refine_groups: one indptr and indices per layer");
+  TORCH_CHECK(num_groups >= 1 && num_inputs >= 1, "refine_groups: num_groups and num_inputs must be >= 1");
+  const c10::cuda::CUDAGuard guard(positions.device());
+  at::Tensor owner;
+  const auto [ptr, node] = build_reaches(indptrs, indices, positions, num_inputs, &owner);
+  at::Tensor out = groups.contiguous().clone();
+  run_greedy(ptr, node, owner, weights.contiguous(), positions.numel(), num_groups, num_inputs, max_group_weight,
+             num_passes, out);
   return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> refine_groups_many_cuda(at::TensorList indptrs, at::TensorList indices,
+                                                           const at::Tensor& positions, const at::Tensor& groups,
+                                                           const at::Tensor& weights, int64_t num_groups,
+                                                           int64_t num_inputs, at::ArrayRef<double> max_group_weights,
+                                                           int64_t num_passes) {
+  TORCH_CHECK(indptrs.size() == indices.size() && !indptrs.empty(), "refine_groups_many: one indptr and indices per layer");
+  TORCH_CHECK(num_groups >= 1 && num_inputs >= 1, "refine_groups_many: num_groups and num_inputs must be >= 1");
+  TORCH_CHECK(groups.dim() == 2 && groups.size(0) == static_cast<int64_t>(max_group_weights.size()),
+              "refine_groups_many: groups must be [C, n] with one cap per row");
+  const c10::cuda::CUDAGuard guard(positions.device());
+  at::Tensor owner;
+  const auto [ptr, node] = build_reaches(indptrs, indices, positions, num_inputs, &owner);
+  at::Tensor out = groups.contiguous().clone();
+  const at::Tensor w = weights.contiguous();
+  std::vector<at::Tensor> inputs;
+  for (int64_t c = 0; c < groups.size(0); ++c) {
+    at::Tensor row = out.select(0, c);  // a contiguous view: refined in place
+    const at::Tensor cnt = run_greedy(ptr, node, owner, w, positions.numel(), num_groups, num_inputs,
+                                      max_group_weights[c], num_passes, row);
+    inputs.push_back(cnt.gt(0).sum().to(at::kLong));
+  }
+  return {out, at::stack(inputs)};
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(cherry, CUDA, m) { m.impl("refine_groups", &refine_groups_cuda); }
+TORCH_LIBRARY_IMPL(cherry, CUDA, m) {
+  m.impl("refine_groups", &refine_groups_cuda);
+  m.impl("refine_groups_many", &refine_groups_many_cuda);
+}

@@ -1,5 +1,5 @@
-"""`refine_groups`: native equals the reference bit for bit, every move lowers the input count, the
-weight cap holds, groups stay non-empty, and bad input is refused."""
+"""`refine_groups` and `refine_groups_many`: native equals the reference bit for bit, every move lowers
+the input count, the weight cap holds, groups stay non-empty, and bad input is refused."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ import torch
 from cherry.data.degree_laws import degree_law_graph
 from cherry.ops import extension_available, extension_status
 from cherry.ops import reference_planning as ref
-from cherry.ops.planning import refine_groups
+from cherry.ops.planning import refine_groups, refine_groups_many
 from cherry.sampling import NeighborSampler, slice_blocks_many
 
 DEVICES = [
@@ -92,3 +92,33 @@ def test_bad_input_is_refused(blocks):
         call[index] = value
         with pytest.raises(error, match=message):
             refine_groups(*call)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("k", [2, 8, 5])
+def test_many_starts_equal_single_refinements_and_count_inputs(blocks, device, k):
+    """Every row of `refine_groups_many` is `refine_groups` of that start under its cap (native and
+    reference), its input count is the sliced micro-batches', and an impossible cap only counts."""
+    args = _args(blocks, k, device)
+    ips, inds, positions, groups, weights, _, num_inputs, cap, passes = args
+    other = torch.roll(groups, 3)
+    starts = torch.stack([groups, other, groups])
+    caps = [cap, cap * 1.3, float("-inf")]
+    got, inputs = refine_groups_many(ips, inds, positions, starts, weights, k, num_inputs, caps, passes)
+    for row, start, c in zip(got, starts, caps):
+        assert torch.equal(row, refine_groups(ips, inds, positions, start, weights, k, num_inputs, c, passes))
+    assert torch.equal(got[2], groups)
+    cpu = lambda t: t.cpu()  # noqa: E731
+    want = [_inputs(blocks, cpu(positions), cpu(row), k) for row in got]
+    assert inputs.cpu().tolist() == want
+    ref_rows, ref_inputs = ref.refine_groups_many([cpu(t) for t in ips], [cpu(t) for t in inds], cpu(positions),
+                                                  cpu(starts), cpu(weights), k, num_inputs, caps, passes)
+    assert torch.equal(ref_rows, got.cpu()) and ref_inputs.tolist() == want
+
+
+def test_many_starts_refuse_bad_caps(blocks):
+    ips, inds, positions, groups, weights, k, num_inputs, cap, passes = _args(blocks, 3)
+    with pytest.raises(ValueError, match="max_group_weights must be a list of 2"):
+        refine_groups_many(ips, inds, positions, torch.stack([groups, groups]), weights, k, num_inputs, [cap], passes)
+    with pytest.raises(ValueError, match=r"\[C, n\]"):
+        refine_groups_many(ips, inds, positions, groups, weights, k, num_inputs, [cap], passes)

@@ -95,7 +95,8 @@ def test_locality_rank_is_a_permutation():
 
 
 def test_metis_order_lowers_redundancy():
-    """On a graph of dense clusters, contiguous chunks in METIS order duplicate fewer inputs."""
+    """On a graph of dense clusters, contiguous chunks in METIS order duplicate fewer inputs (the
+    order alone: the plan's other candidates recover much of it from a random order too)."""
     n, clusters = 1200, 12
     g = torch.Generator().manual_seed(0)
     cluster = torch.randperm(n, generator=g) % clusters  # cluster ids scattered over node ids
@@ -112,7 +113,7 @@ def test_metis_order_lowers_redundancy():
     red = {}
     for method in ("metis", "random"):
         rank = locality_rank(graph, method, nodes_per_part=50)
-        red[method] = plan_microbatches(blocks, mm, num_microbatches=8, seed_rank=rank).redundancy[0]
+        red[method] = plan_microbatches(blocks, mm, num_microbatches=8, seed_rank=rank, refine=False).redundancy[0]
     assert red["metis"] < 0.8 * red["random"], red
 
 
@@ -162,3 +163,35 @@ def test_refinement_lowers_redundancy_and_keeps_balance(balance):
         seen = torch.sort(torch.cat(refined.seed_groups)).values
         assert torch.equal(seen, torch.arange(blocks.num_seeds))
         assert all(g.numel() > 0 for g in refined.seed_groups)
+
+
+def test_plan_choice_keeps_memory_balance_over_fewer_inputs():
+    """`_best_labels` takes the candidate with the fewest inputs only within MAX_GROWTH of the
+    contiguous split's largest estimate: lumping almost every seed into one group (fewer inputs, far
+    more memory in that group) is refused, a balanced candidate with fewer inputs is taken."""
+    from cherry.data.degree_laws import degree_law_graph
+    from cherry.ops.planning import group_shapes
+    from cherry.planning.plan import _best_labels
+
+    graph = degree_law_graph("barabasi-albert", 3000, seed=7)
+    blocks = NeighborSampler(graph, [5, 10]).sample(torch.randperm(3000)[:400], torch.Generator().manual_seed(8))
+    mm = MemoryModel.for_model(ModelSpec("sage", 16, 16, 4, 2))
+    n, k = blocks.num_seeds, 4
+    order = torch.arange(n)
+    contiguous = order * k // n
+    lumped = torch.zeros(n, dtype=torch.int64)
+    lumped[-(k - 1):] = torch.arange(1, k)
+    layers = blocks.layers
+    inputs = lambda lab: int(group_shapes([b.indptr for b in layers], [b.indices for b in layers], order, lab, k)[:, 0, 0].sum())  # noqa: E731
+    assert inputs(lumped) < inputs(contiguous)
+    labels = torch.stack([contiguous, lumped])
+    counts = torch.tensor([inputs(contiguous), inputs(lumped)])
+    assert torch.equal(_best_labels(blocks, order, labels, counts, k, mm), contiguous)
+    refined = plan_microbatches(blocks, mm, num_microbatches=k)  # balanced by construction
+    chosen = torch.empty(n, dtype=torch.int64)
+    for g, part in enumerate(refined.seed_groups):
+        chosen[part] = g
+    labels = torch.stack([contiguous, lumped, chosen])
+    counts = torch.tensor([inputs(contiguous), inputs(lumped), inputs(chosen)])
+    assert counts[2] < counts[0]
+    assert torch.equal(_best_labels(blocks, order, labels, counts, k, mm), chosen)

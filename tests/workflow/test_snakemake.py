@@ -49,6 +49,8 @@ def tiny_config(root: Path) -> dict:
         },
         "verify": [{"name": "sage-mean", "dataset": "synth-tiny", "aggr": "mean", "hidden": 16, "fanouts": [5, 10],
                     "batch_size": 256, "num_microbatches": 2}],
+        "planner": {"graphs": ["chung-lu", "synth-tiny"], "num_nodes": 2000, "batch_sizes": [256], "ks": [2, 4],
+                    "repeats": 1},
     }
 
 
@@ -76,7 +78,7 @@ def finished(tmp_path_factory):
 def test_every_figure_table_summary_and_record_exists(finished):
     workdir, config = finished
     results = workdir / "results"
-    for name in FIGURES:
+    for name in FIGURES + ("planner_redundancy",):
         png, pdf = results / "figures" / f"{name}.png", results / "figures" / f"{name}.pdf"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         assert pdf.read_bytes()[:5] == b"%PDF-", name
@@ -114,6 +116,8 @@ def test_every_figure_table_summary_and_record_exists(finished):
                     "## Memory estimator", "## Convergence", "## Ablation", "## Runs"):
         assert heading in summary
     assert "| sage-mean | 2 | 256 |" in summary and "within" in summary
+    planner = json.loads((results / "planner" / "planner.json").read_text())["rows"]
+    assert {(r["graph"], r["k"]) for r in planner} == {(g, k) for g in ("chung-lu", "synth-tiny") for k in (2, 4)}
 
 
 def test_report_builds_and_a_second_run_has_nothing_to_do(finished):

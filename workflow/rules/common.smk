@@ -187,3 +187,27 @@ def root_option(wildcards):
 
 def ordering_root(wildcards):
     return DATA_ROOT
+
+
+# -- the planner benchmark (workflow/rules/planner.smk) -------------------------------------------
+PLANNER = config.get("planner") or {}
+
+
+def planner_paths():
+    """The planner figure (PNG and PDF) when the config has a `planner:` section, else nothing."""
+    return [f"results/figures/planner_redundancy.{ext}" for ext in ("png", "pdf")] if PLANNER else []
+
+
+def planner_data_inputs(wildcards):
+    """The dataset stamps of the planner's graphs that are datasets (degree laws need none)."""
+    from cherry.data.degree_laws import DEGREE_LAWS
+
+    return [data_stamp(g) for g in PLANNER.get("graphs", []) if g not in DEGREE_LAWS]
+
+
+def planner_arguments(wildcards):
+    """`cherry bench planner` options from config["planner"]."""
+    joined = lambda key: ",".join(str(v) for v in PLANNER[key])  # noqa: E731
+    args = [f"--graphs {shlex.quote(joined('graphs'))}", f"--num-nodes {PLANNER['num_nodes']}",
+            f"--batch-sizes {joined('batch_sizes')}", f"--ks {joined('ks')}", f"--repeats {PLANNER['repeats']}"]
+    return " ".join(args + ([root_option(wildcards)] if DATA_ROOT is not None else []))
