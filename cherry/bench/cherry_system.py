@@ -59,7 +59,8 @@ class CherrySystem(System):
     def step(self, batch: LoadedBatch) -> StepOutcome:
         stats = self.trainer.step(batch.prepared)
         return StepOutcome(loss=stats.loss, num_microbatches=stats.num_microbatches,
-                           redundancy=tuple(stats.redundancy), estimated_peak_bytes=stats.estimated_peak_bytes)
+                           redundancy=tuple(stats.redundancy), estimated_peak_bytes=stats.estimated_peak_bytes,
+                           measured_peak_bytes=stats.measured_peak_bytes)
 
     def evaluate(self) -> dict[str, float]:
         return self.trainer.evaluate()

@@ -186,7 +186,11 @@ def build_record(spec: RunSpec, m: RunMeasurements, prov: Optional[dict] = None)
     measured = m.step_outcomes[warmup:] or m.step_outcomes
     ks = sorted(o.num_microbatches for o in measured)
     redundancy = _per_layer_mean(measured)
-    estimates = [o.estimated_peak_bytes for o in m.step_outcomes if o.estimated_peak_bytes is not None]
+    # Estimates of the measured steps only: the warm-up's plans (and the first plan made ahead of
+    # it) use the uncalibrated model, which is what calibration exists to correct.
+    estimates = [o.estimated_peak_bytes for o in measured if o.estimated_peak_bytes is not None]
+    step_errors = [abs(o.estimated_peak_bytes - o.measured_peak_bytes) / o.measured_peak_bytes for o in measured
+                   if o.estimated_peak_bytes is not None and o.measured_peak_bytes]
     errors = list(m.estimator_errors)
     acc = m.final_accuracy or {}
     record: dict[str, Any] = identity(spec, m.budget_bytes)
@@ -216,6 +220,7 @@ def build_record(spec: RunSpec, m: RunMeasurements, prov: Optional[dict] = None)
         "redundancy_per_layer": redundancy, "redundancy_input": redundancy[0] if redundancy else None,
         "estimated_peak_bytes": max(estimates) if estimates else None,
         "estimator_median_rel_error": _num(statistics.median(errors)) if errors else None,
+        "estimator_step_rel_error": _num(statistics.median(step_errors)) if step_errors else None,
         "final_loss": _num(m.step_outcomes[-1].loss) if m.step_outcomes else None,
         "step_losses": _nums(o.loss for o in m.step_outcomes),
         "epoch_losses": _nums(m.epoch_losses), "epoch_train_acc": _nums(m.epoch_train_acc),

@@ -40,7 +40,8 @@ class StepOutcome:
     loss: float
     num_microbatches: int
     redundancy: Optional[tuple[float, ...]] = None  # per layer, input layer first
-    estimated_peak_bytes: Optional[int] = None
+    estimated_peak_bytes: Optional[int] = None  # the plan's largest micro-batch estimate
+    measured_peak_bytes: Optional[int] = None  # the step's largest measured micro-batch peak
 
 
 class System(abc.ABC):

@@ -210,12 +210,13 @@ def estimator_section(frame: pd.DataFrame) -> list[str]:
     rows = t.estimator_rows(frame)
     if rows.empty:
         return ["## Memory estimator", "", "(no cherry runs with an estimate)", ""]
-    rel = ((rows["estimated_peak_bytes"] - rows["peak_tracked_bytes"]).abs() / rows["peak_tracked_bytes"])
+    step = rows["estimator_step_rel_error"].dropna() if "estimator_step_rel_error" in rows else rows.iloc[0:0]
     inner = rows["estimator_median_rel_error"].dropna()
     return ["## Memory estimator", "",
-            f"{len(rows)} cherry runs without evaluation: median |estimated - measured| / measured peak = {_fmt(rel.median())} "
-            f"(largest micro-batch estimate vs the run's peak); per-micro-batch median error reported by the "
-            f"runs: {_fmt(inner.median() if len(inner) else None)}.", ""]
+            f"{len(rows)} cherry runs without evaluation, measured steps only (the warm-up's plans use the "
+            f"uncalibrated model): median over runs of |the plan's largest micro-batch estimate - the step's "
+            f"largest measured micro-batch peak| / that peak = {_fmt(step.median() if len(step) else None)}; "
+            f"per-micro-batch median error reported by the runs: {_fmt(inner.median() if len(inner) else None)}.", ""]
 
 
 def _last_epoch(rows: pd.DataFrame, column: str) -> Optional[float]:
