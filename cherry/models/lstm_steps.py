@@ -7,7 +7,8 @@ each destination's neighbour rows in CSC order; zeros for a destination without 
 - ONE matrix product for every input projection: ``h_src @ W_ih^T + b_ih + b_hh`` over the source rows
   (then gathered per edge) when there are fewer sources than edges, else over the gathered edge rows;
 - per step one ``addmm`` of the running prefix's hidden state with ``W_hh`` plus the gate math, with the
-  gate rows reordered to (i, f, o, g) so one sigmoid covers three gates;
+  gate rows reordered to (i, f, o, g); ``tanh`` is computed as ``2 sigmoid(2x) - 1``, so one contiguous
+  sigmoid pass covers all four gates (ATen's CPU tanh is several times slower than its sigmoid);
 - each sequence's final hidden state is read at its own length (the rows that stop after step ``t``
   are ``batch_sizes[t+1]:batch_sizes[t]`` of step ``t``'s output).
 ``max degree`` steps per layer, where the bucketed version runs one oneDNN call per distinct degree
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from cherry.ops.lstm import lstm_cell_backward_
 from cherry.sampling.blocks import Block
 from cherry.sampling.layout import DegreeLayout
 
@@ -37,6 +39,17 @@ def _check_lstm(lstm: nn.LSTM) -> None:
 def _ifog(w: torch.Tensor, hidden: int) -> torch.Tensor:
     """Gate blocks of a PyTorch LSTM weight (rows i, f, g, o) reordered to i, f, o, g."""
     return torch.cat([w[: 2 * hidden], w[3 * hidden:], w[2 * hidden: 3 * hidden]])
+
+
+def _tanh_by_sigmoid_(x: torch.Tensor, rest: torch.Tensor | None = None, scaled: bool = False) -> None:
+    """``x = tanh(x)`` in place as ``2 sigmoid(2x) - 1`` (equal up to rounding): ATen's CPU sigmoid is
+    about 6x faster than its tanh (0.39 vs 2.29 ms for 7,000 x 128 floats, one thread). ``rest``: a
+    tensor containing ``x`` whose every element gets the sigmoid (the i, f, o gates around g), so one
+    contiguous pass covers all four gates. ``scaled``: ``x`` already holds ``2x``."""
+    if not scaled:
+        x.mul_(2.0)
+    (rest if rest is not None else x).sigmoid_()
+    x.mul_(2.0).sub_(1.0)
 
 
 def _prefix_steps(sizes: list[int]) -> list[tuple[int, int, int, int]]:
@@ -74,14 +87,15 @@ class _StepLSTM(torch.autograd.Function):
             a = act[off: off + n]
             if t > 0:
                 a.addmm_(h_all[prev: prev + n], w_hh_t)
-            a[:, : 3 * hidden].sigmoid_()
-            a[:, 3 * hidden:].tanh_()
             i, f, o, g = a.split(hidden, 1)
+            _tanh_by_sigmoid_(g, rest=a)
             c = c_all[off: off + n]
             torch.mul(i, g, out=c)
             if t > 0:
                 c.addcmul_(f, c_all[prev: prev + n])
-            tc = torch.tanh(c, out=tc_all[off: off + n])
+            tc = tc_all[off: off + n]
+            torch.mul(c, 2.0, out=tc)
+            _tanh_by_sigmoid_(tc, scaled=True)
             h = torch.mul(o, tc, out=h_all[off: off + n])
             finals[stop:n] = h[stop:n]
             prev = off
@@ -99,7 +113,6 @@ class _StepLSTM(torch.autograd.Function):
         hidden, sizes = w_hh.shape[1], ctx.sizes
         grad_finals = grad_finals.contiguous()
         dh, dc = (act.new_empty((sizes[0], hidden)) for _ in range(2))
-        scratch = act.new_empty((sizes[0], 3 * hidden))
         grad_w_hh = torch.zeros_like(w_hh)
         steps = _prefix_steps(sizes)
         offsets = [s[2] for s in steps]
@@ -109,32 +122,20 @@ class _StepLSTM(torch.autograd.Function):
             dh[stop:n] = grad_finals[stop:n]
             dc[stop:n] = 0
             a = act[off: off + n]
-            i, f, o, g = a.split(hidden, 1)
-            dhn, dcn = dh[:n], dc[:n]
-            tc = tc_all[off: off + n]
-            d_i, d_f, d_o = scratch[:n].split(hidden, 1)
-            torch.mul(dhn, tc, out=d_o)
-            dcn.add_(torch.ops.aten.tanh_backward(dhn * o, tc))
-            torch.mul(dcn, g, out=d_i)
-            if t > 0:
-                torch.mul(dcn, c_all[offsets[t - 1]: offsets[t - 1] + n], out=d_f)
-            else:
-                d_f.zero_()
-            d_g = dcn * i
-            dcn.mul_(f)  # the carry into step t - 1
-            torch.ops.aten.sigmoid_backward.grad_input(scratch[:n], a[:, : 3 * hidden], grad_input=a[:, : 3 * hidden])
-            torch.ops.aten.tanh_backward.grad_input(d_g, g, grad_input=g)
+            c_prev = c_all[offsets[t - 1]: offsets[t - 1] + n] if t > 0 else None
+            lstm_cell_backward_(a, c_prev, tc_all[off: off + n], dh[:n], dc[:n])
             if t > 0:  # a now holds d(gates_t): through W_hh into h_{t-1}
                 h_prev = h_all[offsets[t - 1]: offsets[t - 1] + n]
                 grad_w_hh.addmm_(a.t(), h_prev)
                 torch.mm(a, w_hh, out=dh[:n])
         grad_gates = act
-        grad_bias = grad_gates.sum(0)
         if ctx.project_sources:
             grad_proj = grad_gates.new_zeros((h_src.shape[0], grad_gates.shape[1])).index_add_(0, edges, grad_gates)
+            grad_bias = grad_proj.sum(0)  # fewer rows than grad_gates, same sum
             grad_w_ih = grad_proj.t().mm(h_src)
             grad_h_src = grad_proj.mm(w_ih) if ctx.needs_input_grad[0] else None
         else:
+            grad_bias = grad_gates.sum(0)
             grad_w_ih = grad_gates.t().mm(h_src.index_select(0, edges))
             grad_h_src = None
             if ctx.needs_input_grad[0]:
