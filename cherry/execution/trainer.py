@@ -79,7 +79,7 @@ class Trainer:
         options = ExecutorOptions.from_spec(spec, self.budget_bytes)
         self.memory_model = MemoryModel.for_model(self.model_spec, fixed_bytes=_PARAM_COPIES * param_bytes,
                                                   fused_aggregation=extension_available(),
-                                                  prefetch_inputs=options.pipeline)
+                                                  prefetch_inputs=options.pipeline, device_type=self.device.type)
         rank = seed_rank(dataset, spec.ordering, spec.seed) if options.num_microbatches != 1 else None
         self.executor = MicrobatchExecutor(self.model, self.optimizer, self.memory_model, options, self.device,
                                            seed_rank=rank, memory=memory, probe=self.probe)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from cherry.models.spec import AUTO_LSTM_IMPL, LSTM_IMPLS
+from cherry.models.spec import AUTO_LSTM_IMPL, LSTM_IMPLS, resolve_lstm_impl
 from cherry.planning.shapes import BatchShape
 
 FLOAT_BYTES = 4
@@ -38,14 +38,16 @@ class LayerCost:
     per_edge: float
 
 
-def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: bool = False) -> tuple[LayerCost, ...]:
+def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: bool = False,
+                device_type: str | None = None) -> tuple[LayerCost, ...]:
     """Analytic per-count float costs of each layer (input layer first).
 
     ``layer_dims`` are `cherry.models.LayerDims`. ``fused_aggregation`` says whether mean/sum/max
     aggregation runs in the native O(destinations x features) kernel; the reference gathers an
     [E, width] message tensor first. ``prefetch_inputs``: the executor's pipeline gathers the next
     micro-batch's input rows while this one computes; micro-batches are balanced, so that is priced as
-    a second copy of this one's input rows.
+    a second copy of this one's input rows. ``device_type``: the device the model runs on, which
+    decides what an ``"auto"`` LSTM runs (None: price the largest candidate).
     """
     costs = []
     for d in layer_dims:
@@ -65,7 +67,10 @@ def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: boo
             per_edge += gather
         elif d.aggr == "lstm":
             per_dst = 2.0 * agg + out_path  # the final hidden states and the zero-filled aggregate
-            src, dst, edge = lstm_costs(d.lstm_impl or "auto", agg)
+            impl = d.lstm_impl or "auto"
+            if impl == "auto" and device_type is not None:
+                impl = resolve_lstm_impl(impl, device_type)
+            src, dst, edge = lstm_costs(impl, agg)
             per_src, per_dst, per_edge = per_src + src, per_dst + dst, per_edge + edge
         else:  # sage mean, gcn, mlp: narrowing map before aggregation when it is cheaper
             per_src += float(agg) if agg < d.in_dim else 0.0
@@ -114,9 +119,10 @@ class MemoryModel:
 
     @staticmethod
     def for_model(spec, fixed_bytes: int = 0, fused_aggregation: bool = True,
-                  prefetch_inputs: bool = False) -> "MemoryModel":
-        """The analytic model of a `cherry.models.ModelSpec`, uncalibrated (scale 1)."""
-        costs = layer_costs(spec.layer_dims(), fused_aggregation, prefetch_inputs)
+                  prefetch_inputs: bool = False, device_type: str | None = None) -> "MemoryModel":
+        """The analytic model of a `cherry.models.ModelSpec`, uncalibrated (scale 1); ``device_type``
+        as in `layer_costs`."""
+        costs = layer_costs(spec.layer_dims(), fused_aggregation, prefetch_inputs, device_type)
         return MemoryModel(costs=costs, fixed_bytes=int(fixed_bytes))
 
     def activation_bytes(self, shape: BatchShape) -> float:

@@ -48,3 +48,13 @@ def test_auto_prices_the_largest_candidate():
         assert all(a >= c for a, c in zip(auto, lstm_costs(impl, 16)))
     with pytest.raises(ValueError, match="lstm_impl must be one of"):
         lstm_costs("cudnn", 16)
+
+
+def test_auto_is_priced_as_what_it_runs_on_the_device():
+    from cherry.models.spec import AUTO_LSTM_IMPL
+
+    spec = ModelSpec("sage", 16, 16, 4, 2, aggr="lstm")
+    for device_type, impl in AUTO_LSTM_IMPL.items():
+        named = MemoryModel.for_model(ModelSpec("sage", 16, 16, 4, 2, aggr="lstm", lstm_impl=impl))
+        assert MemoryModel.for_model(spec, device_type=device_type).costs == named.costs
+    assert MemoryModel.for_model(spec).costs != MemoryModel.for_model(spec, device_type="cpu").costs
