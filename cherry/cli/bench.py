@@ -62,7 +62,9 @@ def _register_engine(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lstm-impl", default="auto",
-                   help="comma-separated LSTM aggregator implementations to compare (auto, packed, bucketed)")
+                   help="comma-separated LSTM aggregator implementations to compare (auto, packed, bucketed, steps)")
+    p.add_argument("--repeats", type=positive_int, default=1,
+                   help="runs of every configuration, interleaved; figures are medians over them")
     p.add_argument("--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("engine"))
 

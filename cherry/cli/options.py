@@ -21,7 +21,7 @@ _SPEC_OPTIONS: dict[str, tuple[Optional[str], Optional[str], str]] = {
     "root": (None, "DIR", "data directory (default: $CHERRY_DATA, else <repository>/data)"),
     "model": (None, "sage|gcn|gat|mlp", "model (default sage)"),
     "aggr": (None, "mean|pool|lstm", "GraphSAGE aggregator (default mean)"),
-    "lstm_impl": (None, "auto|packed|bucketed", "LSTM aggregator implementation (default auto)"),
+    "lstm_impl": (None, "auto|packed|bucketed|steps", "LSTM aggregator implementation (default auto)"),
     "num_layers": ("--layers", "L", "number of layers (default 2)"),
     "hidden": (None, "H", "hidden width (default 256)"),
     "heads": (None, "N", "attention heads of gat (default 4)"),

@@ -329,7 +329,9 @@ class MicrobatchExecutor:
                 if future is not None:
                     future.cancel() or future.exception()
                     future = None
-                prepared = None
+                # a backward that ran out of memory leaves the forward's graph (and its saved
+                # activations) reachable from these locals: drop them before re-planning
+                prepared = logits = loss = grads = None
                 self._free()
                 if (not self.options.recover_oom or self.options.budget_bytes is None
                         or recoveries >= self.options.max_oom_recoveries or groups[k].numel() == 1):

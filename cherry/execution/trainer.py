@@ -97,7 +97,7 @@ class Trainer:
         options = ExecutorOptions.from_spec(spec, self.budget_bytes)
         self.memory_model = MemoryModel.for_model(self.model_spec, fixed_bytes=_PARAM_COPIES * param_bytes + on_device,
                                                   fused_aggregation=extension_available(),
-                                                  prefetch_inputs=options.pipeline)
+                                                  prefetch_inputs=options.pipeline, device_type=self.device.type)
         rank = seed_rank(dataset, spec.ordering, spec.seed) if options.num_microbatches != 1 else None
         if rank is not None:
             rank = rank.to(self.data.graph.indptr.device)  # indexed by the sampled seeds' ids

@@ -16,12 +16,15 @@ Limits (documented, tested where possible):
 - Dispatch modes are thread-local: tensors created on other threads (a prefetch thread, DataLoader
   workers) are invisible; count them with `register_external` once they reach the training thread.
 - Storages created before entering are invisible unless registered; outputs that alias an input's
-  storage (views, in-place, ``out=``) are never counted as new, even if the input was untracked.
+  storage (views, in-place, ``out=``) are never counted as new, even if the input was untracked (ops
+  whose schema says every output aliases an input are not scanned at all: the per-op cost that
+  dominates a small micro-batch's step on the CPU).
 - An in-place storage resize (``resize_``, ``out=`` growing a tensor) is not re-measured.
 - The check happens after the op allocated: the process briefly holds the refused tensor.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Iterable
@@ -64,6 +67,23 @@ def _tensors_in(obj) -> list[torch.Tensor]:
     return []
 
 
+_ALIASES_ONLY: dict = {}
+
+
+def _aliases_only(func) -> bool:
+    """True when every output of ``func`` aliases an input by its schema (views such as ``t``/``slice``,
+    in-place ops, ``out=`` variants, ops returning nothing): such an op never creates a storage, so
+    the tracker need not look at its outputs. Cached per op: most calls of a training step are these."""
+    known = _ALIASES_ONLY.get(func)
+    if known is None:
+        try:
+            known = all(r.alias_info is not None for r in func._schema.returns)
+        except AttributeError:  # not an OpOverload with a schema: scan its outputs as usual
+            known = False
+        _ALIASES_ONLY[func] = known
+    return known
+
+
 def _validate_capacity(capacity_bytes) -> int | None:
     if capacity_bytes is None:
         return None
@@ -84,7 +104,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         self.capacity_bytes = _validate_capacity(capacity_bytes)
         # RLock: a finalizer can fire (garbage collection) while this thread holds the lock.
         self._lock = threading.RLock()
-        self._entries: dict[int, tuple[int, int, bool]] = {}  # data_ptr -> (token, nbytes, external)
+        self._entries: dict[int, tuple] = {}  # data_ptr -> (token, nbytes, external, weak reference)
         self._next_token = 0
         self._live_bytes = 0
         self._external_bytes = 0
@@ -136,6 +156,12 @@ class TensorMemoryTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if _aliases_only(func):  # views, in-place and out= ops: nothing new to count, skip the scan
+            return out
+        if type(out) is torch.Tensor and out.layout is torch.strided:
+            ptr = out.untyped_storage().data_ptr()
+            if ptr == 0 or ptr in self._entries:  # empty, or a storage already counted
+                return out
         outputs = [out] if type(out) is torch.Tensor else _tensors_in(out)
         storages = [s for t in outputs for s in _storages_of(t)]
         _, message = self._admit(storages, inputs=(args, kwargs), external=False, what=func)
@@ -172,13 +198,18 @@ class TensorMemoryTracker(TorchDispatchMode):
                 token = self._next_token
                 self._next_token += 1
                 nbytes = storage.nbytes()
-                self._entries[ptr] = (token, nbytes, external)
-                weakref.finalize(storage, self._release, ptr, token)
+                # a weak reference with a callback: fires when the storage dies, like
+                # weakref.finalize, at a fraction of its cost per tensor (kept alive by the entry)
+                ref = weakref.ref(storage, functools.partial(self._released, ptr, token))
+                self._entries[ptr] = (token, nbytes, external, ref)
                 self._live_bytes += nbytes
                 if external:
                     self._external_bytes += nbytes
             self._peak_bytes = max(self._peak_bytes, self._live_bytes)
             return added_bytes, None
+
+    def _released(self, ptr: int, token: int, _ref) -> None:
+        self._release(ptr, token)
 
     def _release(self, ptr: int, token: int) -> None:
         with self._lock:

@@ -9,6 +9,7 @@ from cherry.models.build import build_model
 from cherry.models.gat import GATConv
 from cherry.models.gcn import GCNConv
 from cherry.models.mlp import MLP
+from cherry.models.lstm_steps import lstm_aggregate_steps
 from cherry.models.sage import SAGEConv, lstm_aggregate, lstm_aggregate_bucketed
 from cherry.models.spec import MODELS, SAGE_AGGREGATORS, LayerDims, ModelSpec
 
@@ -26,4 +27,5 @@ __all__ = [
     "count_parameters",
     "lstm_aggregate",
     "lstm_aggregate_bucketed",
+    "lstm_aggregate_steps",
 ]

@@ -6,7 +6,8 @@
   commute with the mean, and edges then carry ``out_dim`` instead of ``in_dim`` values;
 - ``pool``: the element-wise max over neighbours of ``ReLU(W_pool h_u + b_pool)``;
 - ``lstm``: the final hidden state of an LSTM run over the neighbours in their sampled order (packed:
-  one LSTM call per layer; or bucketed by degree, see `lstm_aggregate_bucketed`).
+  one LSTM call per layer; bucketed by degree, see `lstm_aggregate_bucketed`; or an explicit step
+  loop, `cherry.models.lstm_steps`).
 Destinations without in-edges aggregate to zeros, so their output is ``W_self h_dst + b``.
 Every term depends only on the destination's own row and its own in-edges in order: exact under slicing.
 """
@@ -17,7 +18,8 @@ from torch import nn
 
 from torch.nn.utils.rnn import PackedSequence
 
-from cherry.models.spec import LSTM_IMPLS, SAGE_AGGREGATORS
+from cherry.models.lstm_steps import lstm_aggregate_steps
+from cherry.models.spec import LSTM_IMPLS, SAGE_AGGREGATORS, resolve_lstm_impl
 from cherry.ops import aggregate_block
 from cherry.sampling.blocks import Block
 from cherry.sampling.layout import DegreeLayout
@@ -108,10 +110,15 @@ class SAGEConv(nn.Module):
         elif self.aggr == "pool":
             pooled = torch.relu(self.fc_pool(h))
             neigh = self.fc_neigh(aggregate_block(block, pooled, "max"))
-        elif self.lstm_impl == "packed" or (self.lstm_impl == "auto" and h.device.type != "cpu"):
-            neigh = self.fc_neigh(lstm_aggregate(self.lstm, block, h))
         else:
-            neigh = self.fc_neigh(lstm_aggregate_bucketed(self.lstm, block.indptr, block.indices, h))
+            impl = resolve_lstm_impl(self.lstm_impl, h.device.type)
+            if impl == "steps":
+                agg = lstm_aggregate_steps(self.lstm, block, h)
+            elif impl == "packed":
+                agg = lstm_aggregate(self.lstm, block, h)
+            else:
+                agg = lstm_aggregate_bucketed(self.lstm, block.indptr, block.indices, h)
+            neigh = self.fc_neigh(agg)
         return self.fc_self(h_dst) + neigh + self.bias
 
     def extra_repr(self) -> str:

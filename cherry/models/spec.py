@@ -16,7 +16,20 @@ from typing import Optional
 
 MODELS = ("sage", "gcn", "gat", "mlp")
 SAGE_AGGREGATORS = ("mean", "pool", "lstm")
-LSTM_IMPLS = ("auto", "packed", "bucketed")
+LSTM_IMPLS = ("auto", "packed", "bucketed", "steps")
+# What "auto" runs on each device type: the fastest measured there (`cherry bench engine --lstm-impl
+# bucketed,packed,steps`). cuDNN runs a variable-length pack in one call; on the CPU torch's packed LSTM
+# misses oneDNN's fast path, and the explicit step loop beat the bucketed oneDNN calls (README).
+AUTO_LSTM_IMPL = {"cuda": "packed", "cpu": "steps"}
+
+
+def resolve_lstm_impl(lstm_impl: str, device_type: str) -> str:
+    """The implementation ``lstm_impl`` runs on a ``device_type`` device ("auto" resolved)."""
+    if lstm_impl not in LSTM_IMPLS:
+        raise ValueError(f"lstm_impl must be one of {LSTM_IMPLS}, got {lstm_impl!r}")
+    if lstm_impl != "auto":
+        return lstm_impl
+    return AUTO_LSTM_IMPL.get(device_type, "packed")
 
 
 def _check_positive_int(name: str, value: object) -> None:
@@ -60,10 +73,10 @@ class ModelSpec:
     - ``dropout``: probability in ``[0, 1)``, applied after the ReLU between layers, never after the last.
     - ``lstm_impl``: how the SAGE-LSTM aggregator runs (ignored by other models): ``"packed"`` (one
       packed-sequence LSTM call per layer, destinations sorted by degree, no host sync),
-      ``"bucketed"`` (one call per distinct in-degree; reads degrees back) or ``"auto"`` (the
-      default: packed on a GPU, where cuDNN runs a variable-length pack in one call; bucketed on the
-      CPU, where torch's packed LSTM does not use oneDNN and ran 3.4x slower than the bucketed one,
-      see the README's engine figures). All compute the same function and gradients.
+      ``"bucketed"`` (one call per distinct in-degree; reads degrees back), ``"steps"`` (an explicit
+      loop of ``max degree`` steps, one GEMM for all input projections, `cherry.models.lstm_steps`)
+      or ``"auto"`` (the default: the fastest measured on the device, `AUTO_LSTM_IMPL`: packed on a
+      GPU, steps on the CPU). All compute the same function and gradients.
     """
 
     model: str

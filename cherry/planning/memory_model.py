@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from cherry.models.spec import AUTO_LSTM_IMPL, LSTM_IMPLS, resolve_lstm_impl
 from cherry.planning.shapes import BatchShape
 
 FLOAT_BYTES = 4
@@ -37,14 +38,16 @@ class LayerCost:
     per_edge: float
 
 
-def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: bool = False) -> tuple[LayerCost, ...]:
+def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: bool = False,
+                device_type: str | None = None) -> tuple[LayerCost, ...]:
     """Analytic per-count float costs of each layer (input layer first).
 
     ``layer_dims`` are `cherry.models.LayerDims`. ``fused_aggregation`` says whether mean/sum/max
     aggregation runs in the native O(destinations x features) kernel; the reference gathers an
     [E, width] message tensor first. ``prefetch_inputs``: the executor's pipeline gathers the next
     micro-batch's input rows while this one computes; micro-batches are balanced, so that is priced as
-    a second copy of this one's input rows.
+    a second copy of this one's input rows. ``device_type``: the device the model runs on, which
+    decides what an ``"auto"`` LSTM runs (None: price the largest candidate).
     """
     costs = []
     for d in layer_dims:
@@ -63,19 +66,45 @@ def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: boo
             per_dst = 3.0 * agg + out_path  # max result + int64 arg-max
             per_edge += gather
         elif d.aggr == "lstm":
-            # neighbours gathered in order, then per step: 4 gates, c, h, tanh(c) kept for backward
-            per_dst = 2.0 * agg + out_path
-            per_edge += 12.0 * agg
-            if d.lstm_impl in ("packed", "auto"):  # auto is packed on a GPU: price the larger
-                # the packed gather index (4 transient int64 vectors over the edges) and the packed
-                # RNN's concatenation of its per-step outputs and finished hidden states (2 more)
-                per_edge += 4 * INDEX_BYTES / FLOAT_BYTES + 2.0 * agg
+            per_dst = 2.0 * agg + out_path  # the final hidden states and the zero-filled aggregate
+            impl = d.lstm_impl or "auto"
+            if impl == "auto" and device_type is not None:
+                impl = resolve_lstm_impl(impl, device_type)
+            src, dst, edge = lstm_costs(impl, agg)
+            per_src, per_dst, per_edge = per_src + src, per_dst + dst, per_edge + edge
         else:  # sage mean, gcn, mlp: narrowing map before aggregation when it is cheaper
             per_src += float(agg) if agg < d.in_dim else 0.0
             per_dst = float(agg) + out_path
             per_edge += gather
         costs.append(LayerCost(per_src, per_dst, per_edge))
     return tuple(costs)
+
+
+def lstm_costs(lstm_impl: str, width: int) -> tuple[float, float, float]:
+    """Floats per source, destination and edge of a SAGE-LSTM aggregation of hidden size ``width``.
+
+    - bucketed (oneDNN per degree) and packed: the neighbours gathered in order, and per step the 4
+      gates, c, h and tanh(c) kept for backward (12 per edge and unit); packed adds its gather index (4
+      transient int64 vectors over the edges) and the RNN's concatenation of its per-step outputs and
+      finished hidden states (2 more);
+    - steps (`cherry.models.lstm_steps`): the gate activations (4), c, tanh(c) and h (3) kept per edge,
+      the packed edge ids plus 4 transient int64 vectors over the edges; per source the projected
+      gates (forward) or their gradient (backward), ``[S, 4H]``, which also bounds the gathered rows
+      ``[E, H]`` when it projects edges (it does so only when ``E <= S``); per destination the
+      backward's carries and gate scratch (5).
+    ``auto`` prices the largest of the implementations it may run (`AUTO_LSTM_IMPL`), per count.
+    """
+    if lstm_impl == "auto":
+        options = [lstm_costs(impl, width) for impl in sorted(set(AUTO_LSTM_IMPL.values()))]
+        return tuple(max(c[i] for c in options) for i in range(3))
+    index = INDEX_BYTES / FLOAT_BYTES
+    if lstm_impl == "steps":
+        return 4.0 * width, 5.0 * width, 7.0 * width + 5 * index
+    if lstm_impl == "packed":
+        return 0.0, 0.0, 12.0 * width + 4 * index + 2.0 * width
+    if lstm_impl == "bucketed":
+        return 0.0, 0.0, 12.0 * width
+    raise ValueError(f"lstm_impl must be one of {LSTM_IMPLS}, got {lstm_impl!r}")
 
 
 @dataclass
@@ -90,9 +119,10 @@ class MemoryModel:
 
     @staticmethod
     def for_model(spec, fixed_bytes: int = 0, fused_aggregation: bool = True,
-                  prefetch_inputs: bool = False) -> "MemoryModel":
-        """The analytic model of a `cherry.models.ModelSpec`, uncalibrated (scale 1)."""
-        costs = layer_costs(spec.layer_dims(), fused_aggregation, prefetch_inputs)
+                  prefetch_inputs: bool = False, device_type: str | None = None) -> "MemoryModel":
+        """The analytic model of a `cherry.models.ModelSpec`, uncalibrated (scale 1); ``device_type``
+        as in `layer_costs`."""
+        costs = layer_costs(spec.layer_dims(), fused_aggregation, prefetch_inputs, device_type)
         return MemoryModel(costs=costs, fixed_bytes=int(fixed_bytes))
 
     def activation_bytes(self, shape: BatchShape) -> float:

@@ -67,9 +67,10 @@ def test_two_ranks_give_the_single_process_gradient_and_equal_parameters(synth_t
 
 
 def test_one_rank_out_of_memory_replans_there_without_deadlocking_the_other(synth_tiny, data_root):
-    # K from a generous budget is 1 on both ranks; rank 1's emulated device is too small for that.
+    # K from a generous budget is 1 on both ranks; rank 1's emulated device is too small for that (1.5 MiB:
+    # the CPU's step LSTM peaks at less than half the bucketed one's, and holds K = 1 in 3 MiB).
     spec = _spec(data_root, aggr="lstm", num_microbatches="auto", budget_bytes="1GiB")
-    check = compare_distributed(spec, num_steps=2, rank_device_memory_bytes={1: 3 << 20}, timeout_s=120)
+    check = compare_distributed(spec, num_steps=2, rank_device_memory_bytes={1: 3 << 19}, timeout_s=120)
     assert check.rank_oom_recoveries[0] == (0, 0)
     assert check.rank_oom_recoveries[1][0] >= 1 and check.rank_microbatches[1][0] > 1
     assert check.rank_microbatches[0] == (1, 1)

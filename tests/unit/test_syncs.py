@@ -44,10 +44,9 @@ class _LoopProbe:
             yield
 
 
-def _spec(ds, model_name, aggr):
-    # packed explicitly: "auto" picks the bucketed LSTM on the CPU, which reads degrees back
-    return ModelSpec(model_name, ds.feature_dim, 8, ds.num_classes, 2, aggr=aggr, heads=2,
-                     lstm_impl="packed" if aggr == "lstm" else "auto")
+def _spec(ds, model_name, aggr, lstm_impl="auto"):
+    # "auto" is the step loop on the CPU; the packed LSTM is checked too (the GPU's auto)
+    return ModelSpec(model_name, ds.feature_dim, 8, ds.num_classes, 2, aggr=aggr, heads=2, lstm_impl=lstm_impl)
 
 
 def _executor(ds, model_name, aggr, k, device, probe, pipeline):
@@ -92,6 +91,17 @@ def test_model_on_blocks_forces_no_sync(data, model_name, aggr):
     assert x.grad is not None
 
 
+@pytest.mark.parametrize("impl", ["packed", "steps"])
+def test_lstm_impls_on_blocks_force_no_sync(data, impl):
+    ds, blocks = data
+    torch.manual_seed(0)
+    model = build_model(_spec(ds, "sage", "lstm", lstm_impl=impl))
+    x = ds.features.index_select(0, blocks.input_nodes).requires_grad_()
+    with SyncCounter(_host_tensors([blocks])) as counter:
+        model(blocks, x).square().sum().backward()
+    assert counter.total == 0, dict(counter.counts)
+
+
 def test_counter_sees_what_syncs():
     t = torch.arange(5)
     with SyncCounter() as counter:
@@ -104,17 +114,21 @@ def test_counter_sees_what_syncs():
                               "tolist": 1}
 
 
-@pytest.mark.parametrize("num_layers", [1, 2])
-def test_packed_lstm_equals_bucketed(data, num_layers):
+@pytest.mark.parametrize("impl", ["packed", "steps"])
+@pytest.mark.parametrize("fanouts", [[5], [5, 3], [1, 4]], ids=["1-layer", "2-layer", "fanout-1"])
+def test_lstm_impls_equal_bucketed(data, impl, fanouts):
+    """Forward and every gradient (input rows, LSTM and linear weights) equal the bucketed LSTM's.
+    Fanout 1 makes a layer with no more edges than sources: the step loop then projects the gathered
+    edge rows instead of the source rows."""
     ds, _ = data
-    fanouts = [5, 3][:num_layers]
+    num_layers = len(fanouts)
     # an isolated node adds a zero-degree destination
     seeds = torch.cat([ds.train_idx[:40], torch.tensor([int(ds.graph.num_nodes) - 1])]).unique()
     blocks = NeighborSampler(ds.graph, fanouts).sample(seeds, torch.Generator().manual_seed(9))
     outs, grads = [], []
-    for impl in ("packed", "bucketed"):
+    for name in (impl, "bucketed"):
         torch.manual_seed(3)
-        spec = ModelSpec("sage", ds.feature_dim, 8, ds.num_classes, num_layers, aggr="lstm", lstm_impl=impl)
+        spec = ModelSpec("sage", ds.feature_dim, 8, ds.num_classes, num_layers, aggr="lstm", lstm_impl=name)
         model = build_model(spec).double()
         x = ds.features.double().index_select(0, blocks.input_nodes).requires_grad_()
         out = model(blocks, x)
@@ -124,6 +138,29 @@ def test_packed_lstm_equals_bucketed(data, num_layers):
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-10, atol=1e-12)
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_step_lstm_matches_nn_lstm_in_float32_and_runs_backward_once(data):
+    """Against torch's own LSTM on one degree bucket (float32 tolerance); a second backward through
+    the same graph is refused (the first one reused the saved activations)."""
+    from cherry.models import lstm_aggregate_steps
+
+    ds, blocks = data
+    block = blocks.layers[-1]
+    torch.manual_seed(1)
+    lstm = torch.nn.LSTM(ds.feature_dim, 6, batch_first=True)
+    h = torch.randn(block.num_src, ds.feature_dim, requires_grad=True)
+    out = lstm_aggregate_steps(lstm, block, h)
+    deg = block.in_degrees()
+    d = int(deg.max())
+    rows = torch.nonzero(deg == d).flatten()
+    seq = h[block.indices[(block.indptr[rows].unsqueeze(1) + torch.arange(d)).flatten()]].view(rows.numel(), d, -1)
+    torch.testing.assert_close(out[rows], lstm(seq)[1][0][-1], rtol=1e-5, atol=1e-6)
+    assert torch.all(out[deg == 0] == 0)
+    loss = out.sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="runs once"):
+        loss.backward()
 
 
 def test_lstm_impl_is_validated():

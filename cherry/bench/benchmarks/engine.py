@@ -7,7 +7,10 @@ planned on the loader's thread during step i, as for every user of the engine. P
 share of the step, both the wait on the critical path ("plan wait") and the work itself timed alone
 ("plan work", done on the other thread); input-layer redundancy of Cherry's split against a random
 split of the same batch; the memory model's median relative error against the measured peak (after
-its first, uncalibrated, observation).
+its first, uncalibrated, observation). With ``--repeats R`` every configuration runs R times, the
+repeats interleaved (all configurations once, then again), and each figure is the median over repeats
+with its range; for an LSTM variant other than ``bucketed`` "vs bkt" is the bucketed LSTM's step time
+at the same K over this one's (its speed-up), measured in the same run.
 """
 from __future__ import annotations
 
@@ -98,33 +101,55 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--ks must be positive integers, got {args.ks!r}")
     if args.warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    repeats = getattr(args, "repeats", 1)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"--repeats must be an int >= 1, got {repeats!r}")
     impls = parse_list(args.lstm_impl, "lstm-impl", str)
     variants = [(a, i) for a in aggrs for i in (impls if a == "lstm" else ["auto"])]
     specs = {(aggr, impl, k): _spec(args, aggr, impl, k) for aggr, impl in variants for k in [1] + ks}  # checked first
     dataset = load_dataset(args.dataset, args.root)
     rank = seed_rank(dataset, "metis", args.seed)
     random_rank = torch.randperm(dataset.graph.num_nodes, generator=torch.Generator().manual_seed(args.seed))
-    rows = []
     print(f"cherry bench engine: {args.dataset}, batch {args.batch_size}, fanouts {args.fanouts}, "
-          f"hidden {args.hidden}, {args.steps} measured steps (+{args.warmup} warm-up), device {args.device}")
-    header = (f"{'aggr':<6} {'K':>3} {'step_s':>8} {'vs K=1':>7} {'plan wait':>9} {'plan work':>9} "
-              f"{'redund.':>8} {'random':>8} {'est.err':>8}")
+          f"hidden {args.hidden}, {args.steps} measured steps (+{args.warmup} warm-up), device {args.device}, "
+          f"{repeats} interleaved repeat(s): step_s is the median over repeats of each run's median step "
+          "[min, max over repeats]")
+    # Repeats interleave every configuration (the machine's load drifts): repeat r runs them all in turn.
+    runs: dict = {key: [] for key in specs}
+    firsts: dict = {}
+    for _ in range(repeats):
+        for key, spec in specs.items():
+            m, first_blocks = measure_k(dataset, spec, args.warmup)
+            runs[key].append(m)
+            firsts.setdefault(key, first_blocks)
+    header = (f"{'aggr':<6} {'K':>3} {'step_s':>8} {'[min, max]':>15} {'vs K=1':>7} {'vs bkt':>7} {'plan wait':>9} "
+              f"{'plan work':>9} {'redund.':>8} {'random':>8} {'est.err':>8}")
     print(header)
+    rows = []
     for aggr, impl in variants:
         name = aggr if aggr != "lstm" or len(impls) == 1 else f"{aggr}-{impl[0]}"
-        base = None
+        base = statistics.median(r["step_s"] for r in runs[(aggr, impl, 1)])
         for k in [1] + ks:
-            spec = specs[(aggr, impl, k)]
-            m, first_blocks = measure_k(dataset, spec, args.warmup)
-            base = base or m["step_s"]
+            key = (aggr, impl, k)
+            steps = [r["step_s"] for r in runs[key]]
+            m = {f: statistics.median(r[f] for r in runs[key]) for f in ("plan_share", "plan_work_share")}
+            errs = [r["estimator_median_rel_error"] for r in runs[key] if r["estimator_median_rel_error"] is not None]
+            m["estimator_median_rel_error"] = statistics.median(errs) if errs else None
+            m["step_s"] = statistics.median(steps)
+            bucketed = runs.get(("lstm", "bucketed", k)) if aggr == "lstm" and impl != "bucketed" else None
+            vs_bucketed = (statistics.median(r["step_s"] for r in bucketed) / m["step_s"]) if bucketed else None
+            spec = specs[key]
             model_spec = spec.model_spec(dataset)
-            ours = split_redundancy(first_blocks, model_spec, k, rank)
-            rnd = split_redundancy(first_blocks, model_spec, k, random_rank, balance="count")
-            row = {"aggr": aggr, "lstm_impl": impl if aggr == "lstm" else None, "k": k, **m, "ratio_to_k1": m["step_s"] / base,
+            ours = split_redundancy(firsts[key], model_spec, k, rank)
+            rnd = split_redundancy(firsts[key], model_spec, k, random_rank, balance="count")
+            row = {"aggr": aggr, "lstm_impl": impl if aggr == "lstm" else None, "k": k, **m,
+                   "step_s_repeats": steps, "ratio_to_k1": m["step_s"] / base, "speedup_vs_bucketed": vs_bucketed,
                    "redundancy_input": ours, "random_redundancy_input": rnd}
             rows.append(row)
             err = m["estimator_median_rel_error"]
-            print(f"{name:<6} {k:>3} {m['step_s']:>8.3f} {row['ratio_to_k1']:>7.2f} {m['plan_share']:>9.1%} "
+            spread = f"[{min(steps):.3f}, {max(steps):.3f}]"
+            print(f"{name:<6} {k:>3} {m['step_s']:>8.3f} {spread:>15} {row['ratio_to_k1']:>7.2f} "
+                  f"{(f'{vs_bucketed:.2f}x' if vs_bucketed else '-'):>7} {m['plan_share']:>9.1%} "
                   f"{m['plan_work_share']:>9.1%} "
                   f"{ours:>8.2f} {rnd:>8.2f} {('%.1f%%' % (100 * err)) if err is not None else 'n/a':>8}",
                   flush=True)
