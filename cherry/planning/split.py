@@ -22,7 +22,8 @@ and then, only where that descent already holds fewer input nodes than the conti
 without community structure), on the input layer. Measured over the benchmark's degree laws and datasets (batch 1024 and
 4096, K = 2..16) the winner was an input-layer refinement in 39 of 40 settings, of the contiguous
 start on the generated datasets and mostly of the grown start on the heavy-tailed laws. The planner
-picks among the candidates by their exact input counts (`group_shapes`).
+picks among the candidates by their exact input counts (each `refine_groups_many` result's count; the
+two unrefined candidates are counted on the contiguous starts' reach build, under ``UNREFINED_CAP``).
 
 Invariant: the groups partition the given positions; each group is non-empty and keeps rank order.
 """
