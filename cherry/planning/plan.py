@@ -69,6 +69,7 @@ def _best_plan(blocks: Blocks, order: torch.Tensor, labels: torch.Tensor, inputs
         plan = sliced(labels[c])
         if max(plan[2]) <= limit:
             return plan
+        del plan  # a refused candidate's slices must not stay allocated while the next one is sliced
     return sliced(labels[0])
 
 
