@@ -15,9 +15,11 @@ layer's shared neighbours and refined), each with its exact input count. The pla
 the fewest input nodes whose largest estimate is at most ``MAX_GROWTH`` above the contiguous split's
 (estimates from `group_shapes`: the micro-batches' exact per-layer counts, without slicing, taken in
 order of inputs until one fits), so choosing never raises redundancy and keeps the memory balance.
-Only the chosen candidate is sliced. Cost: dominated by the input-layer refinement passes (linear in
-the seeds' sampled trees times K, per start); measured on synth-arxiv, batch 8192, K = 8 at about
-Betty's partitioning time, not the 10x below it that issue 13 asks for.
+Only the chosen candidate is sliced. Cost: the input-layer refinement (one reach build per call, its
+passes shared by the slacks of one start until their moves differ; linear in the seeds' sampled
+trees times K), one `group_shapes` and the slicing of the choice, growing, in about equal parts;
+measured on synth-arxiv, batch 8192, K = 8 at about half Betty's partitioning time, not the 10x
+below it that issue 13 asks for.
 """
 from __future__ import annotations
 
@@ -42,26 +44,33 @@ def _sliced(blocks: Blocks, groups, memory_model: MemoryModel):
     return tuple(groups), parts, tuple(memory_model.estimate_bytes(BatchShape.of(p)) for p in parts)
 
 
-def _best_labels(blocks: Blocks, order: torch.Tensor, labels: torch.Tensor, inputs: torch.Tensor, k: int,
-                 memory_model: MemoryModel) -> torch.Tensor:
-    """Of the candidates ``labels`` (``[C, n]``, the contiguous split first) with summed input nodes
-    ``inputs``, the one with the fewest inputs whose largest estimate is within ``MAX_GROWTH`` of the
-    contiguous split's. Shapes are counted in order of inputs, so usually only two are."""
+def _best_plan(blocks: Blocks, order: torch.Tensor, labels: torch.Tensor, inputs: torch.Tensor, k: int,
+               memory_model: MemoryModel):
+    """`_sliced` of the candidate of ``labels`` (``[C, n]``, the contiguous split first) with summed input
+    nodes ``inputs`` that has the fewest inputs and a largest estimate within ``MAX_GROWTH`` of the
+    contiguous split's. Candidates are tried in order of inputs, each sliced (usually the first fits,
+    and its slices are the plan's); the contiguous split's estimate comes from `group_shapes` (the
+    same counts as its slices), so it is sliced only when it is chosen."""
     layers = blocks.layers
     ips, inds = [b.indptr for b in layers], [b.indices for b in layers]
 
-    def worst(row: torch.Tensor) -> int:
-        counts = _group_shapes(ips, inds, order, row, k).tolist()
-        return max(memory_model.estimate_bytes(BatchShape(tuple(LayerShape(*c) for c in group))) for group in counts)
+    def sliced(row: torch.Tensor):
+        perm = torch.argsort(row, stable=True)  # stable: each group keeps the locality order
+        chosen = torch.split(order.index_select(0, perm), torch.bincount(row, minlength=k).tolist())
+        return _sliced(blocks, chosen, memory_model)
 
-    limit = worst(labels[0]) * (1 + MAX_GROWTH)
+    counts = _group_shapes(ips, inds, order, labels[0], k).tolist()
+    limit = max(memory_model.estimate_bytes(BatchShape(tuple(LayerShape(*c) for c in group))) for group in counts)
+    limit *= 1 + MAX_GROWTH
     first = inputs.tolist()
     for c in sorted(range(1, len(first)), key=lambda c: (first[c], c)):
         if first[c] >= first[0]:
             break
-        if worst(labels[c]) <= limit:
-            return labels[c]
-    return labels[0]
+        plan = sliced(labels[c])
+        if max(plan[2]) <= limit:
+            return plan
+        del plan  # a refused candidate's slices must not stay allocated while the next one is sliced
+    return sliced(labels[0])
 
 
 class BudgetTooSmallError(ValueError):
@@ -132,12 +141,9 @@ def plan_microbatches(
         order, sizes = torch.cat(groups), [g.numel() for g in groups]
         weights = (torch.ones(n, dtype=torch.float64) if balance == "count" else costs.index_select(0, order).to(torch.float64))
         try:
-            labels = _best_labels(blocks, order, *candidate_labels(blocks, order, sizes, weights), k, memory_model)
+            return _best_plan(blocks, order, *candidate_labels(blocks, order, sizes, weights), k, memory_model)
         except torch.OutOfMemoryError:  # candidates are an optimisation: a device too full keeps the contiguous split
             return _sliced(blocks, groups, memory_model)
-        perm = torch.argsort(labels, stable=True)  # stable: each group keeps the locality order
-        chosen = torch.split(order.index_select(0, perm), torch.bincount(labels, minlength=k).tolist())
-        return _sliced(blocks, chosen, memory_model)
 
     if num_microbatches is not None:
         groups, parts, est = build(num_microbatches)

@@ -22,7 +22,8 @@ and then, only where that descent already holds fewer input nodes than the conti
 without community structure), on the input layer. Measured over the benchmark's degree laws and datasets (batch 1024 and
 4096, K = 2..16) the winner was an input-layer refinement in 39 of 40 settings, of the contiguous
 start on the generated datasets and mostly of the grown start on the heavy-tailed laws. The planner
-picks among the candidates by their exact input counts (`group_shapes`).
+picks among the candidates by their exact input counts (each `refine_groups_many` result's count; the
+two unrefined candidates are counted on the contiguous starts' reach build, under ``UNREFINED_CAP``).
 
 Invariant: the groups partition the given positions; each group is non-empty and keeps rank order.
 """
@@ -31,14 +32,15 @@ from __future__ import annotations
 import torch
 
 from cherry.ops import csr_aggregate
-from cherry.ops.planning import _group_shapes, _grow_groups, _refine_groups_many
+from cherry.ops.planning import _grow_groups, _refine_groups_many
 from cherry.planning.memory_model import MemoryModel
 from cherry.sampling import Blocks
 
 BALANCES = ("memory", "count")
 REFINE_PASSES = 3  # measured: later passes move almost nothing
 TOP_PASSES = 5  # top-layer refinement passes (cheap: one-hop reaches)
-CANDIDATE_TOLERANCES = (0.05, 0.1, 0.2)  # weight slacks of the refined candidates (the winner varies with it)
+CANDIDATE_TOLERANCES = (0.05, 0.1, 0.2)
+UNREFINED_CAP = float("-inf")  # a refinement cap below every weight: the start is only counted  # weight slacks of the refined candidates (the winner varies with it)
 
 
 def seed_costs(blocks: Blocks, model: MemoryModel) -> torch.Tensor:
@@ -112,11 +114,17 @@ def candidate_labels(blocks: Blocks, order: torch.Tensor, sizes: list[int], weig
     descended, top_inputs = _refine_groups_many([top.indptr], [top.indices], order, grown.expand(len(caps), -1),
                                                 weights, k, top.num_src, caps, TOP_PASSES)
     best = descended[int(torch.argmin(top_inputs))]
-    first = [int(_group_shapes(ips, inds, order, lab, k)[:, 0, 0].sum()) for lab in (contiguous, best)]
+    # one build of the input-layer reaches refines the contiguous starts and counts the two unrefined
+    # labellings (a cap below every weight moves nothing), instead of two `group_shapes` calls
+    num_inputs, c = layers[0].num_src, len(caps)
+    rows = torch.cat([contiguous.expand(c, -1), torch.stack([contiguous, best])])
+    refined, counts = _refine_groups_many(ips, inds, order, rows, weights, k, num_inputs,
+                                          caps + [UNREFINED_CAP] * 2, REFINE_PASSES)
+    labels, inputs, first = refined[:c], counts[:c], counts[c:]
     # the grown starts are refined only where their descent already beats the contiguous split (a batch
     # without community structure): elsewhere the contiguous starts win and the refinements cost time
-    starts = [contiguous.expand(len(caps), -1)] + ([descended] if first[1] < first[0] else [])
-    labels, inputs = _refine_groups_many(ips, inds, order, torch.cat(starts), weights, k, layers[0].num_src,
-                                         caps * len(starts), REFINE_PASSES)
-    return (torch.cat([torch.stack([contiguous, best]), labels]),
-            torch.cat([torch.tensor(first, dtype=torch.int64, device=device), inputs]))
+    if int(first[1]) < int(first[0]):
+        grown_labels, grown_inputs = _refine_groups_many(ips, inds, order, descended, weights, k, num_inputs,
+                                                         caps, REFINE_PASSES)
+        labels, inputs = torch.cat([labels, grown_labels]), torch.cat([inputs, grown_inputs])
+    return torch.cat([torch.stack([contiguous, best]), labels]), torch.cat([first, inputs])

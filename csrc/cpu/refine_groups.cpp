@@ -3,14 +3,18 @@
 // Reaches are built per seed with a stamp array over the input positions (stamp[u] == i: u is in
 // R(i) already), so each seed costs the edges of its sampled tree and nothing is sorted; the order
 // within a reach does not change any count, hence not the result. Counts live in one dense
-// [num_inputs x K] int32 array (K <= a few dozen), so a seed's gains for all K groups are one
+// [relabelled nodes x K] int16 (fewer than 2**15 seeds) or int32 array (K <= a few dozen), so a seed's gains for all K groups are one
 // pass over its reach with K-wide rows that stay in cache. Sequential by design: each move changes
 // the counts the next seed's gain is computed from, and the passes cost milliseconds.
-// refine_groups_many builds the reaches once and refines several starts (each under its own cap).
+// refine_groups_many builds the reaches once and refines several starts (each under its own cap); the
+// caps of one start share its passes until their choices differ (the result of each is unchanged).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <tuple>
 #include <vector>
@@ -81,74 +85,169 @@ Reaches build_reaches(at::TensorList indptrs, at::TensorList indices, const int6
   return out;
 }
 
-// The greedy passes on the assignment g (in place); returns the summed distinct inputs of the groups.
-// KC > 0 fixes K at compile time, so the K-wide count loops vectorise (they are most of the time).
-template <int64_t KC>
-int64_t greedy_impl(const Reaches& rs, int64_t n, const double* w, int64_t k_runtime, int64_t num_inputs,
-                    double max_group_weight, int64_t num_passes, int64_t* g) {
+// Greedy state of one start (or of several caps that have made the same moves so far). C, the count
+// type, is int16_t when there are fewer than 2**15 seeds (a count is at most the number of seeds):
+// half the bytes per K-wide row, so more of the count array stays in cache; the counts are the same.
+template <typename C>
+struct State {
+  std::vector<C> cnt;  // [num_nodes x K]: seeds of each group whose reach holds the node
+  std::vector<int64_t> size, g;
+  std::vector<double> total;
+};
+
+template <typename C>
+State<C> init_state(const Reaches& rs, int64_t n, const double* w, int64_t k, const int64_t* g) {
+  State<C> st;
+  st.cnt.assign(static_cast<size_t>(rs.num_nodes * k), 0);
+  st.size.assign(static_cast<size_t>(k), 0);
+  st.total.assign(static_cast<size_t>(k), 0.0);
+  st.g.assign(g, g + n);
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK(g[i] >= 0 && g[i] < k, "refine_groups: group ", g[i], " out of range");
+    st.size[g[i]] += 1;
+    st.total[g[i]] += w[i];
+    for (int64_t r = rs.ptr[i]; r < rs.ptr[i + 1]; ++r) st.cnt[rs.reach[r] * k + g[i]] += 1;
+  }
+  return st;
+}
+
+template <typename C>
+void finish(const State<C>& st, int64_t* g_out, int64_t* inputs_out) {
+  std::copy(st.g.begin(), st.g.end(), g_out);
+  int64_t inputs = 0;
+  for (const C c : st.cnt) inputs += c > 0;
+  *inputs_out = inputs;
+}
+
+// The greedy passes (see the contract) for every cap of ``rows`` at once, from (pass0, i0) with moved0
+// moves so far in that pass: the caps share one state and one gain computation per seed while they
+// choose the same moves, and fork (a copy of the state each) at the first seed where they choose
+// differently, so each cap ends exactly where its own run would. Results go to row v of
+// g_out/inputs_out. KC > 0 fixes K at compile time, so the K-wide count loops vectorise (they are
+// most of the time).
+template <int64_t KC, typename C>
+void greedy_impl(const Reaches& rs, int64_t n, const double* w, int64_t k_runtime, State<C>& st, std::vector<int64_t> rows,
+                 const double* caps, int64_t num_passes, int64_t pass0, int64_t i0, int64_t moved0, int64_t* g_out,
+                 int64_t* inputs_out) {
   const int64_t k = KC > 0 ? KC : k_runtime;
   const std::vector<int64_t>& ptr = rs.ptr;
   const std::vector<int64_t>& reach = rs.reach;
-  std::vector<int32_t> cnt(static_cast<size_t>(rs.num_nodes * k), 0);
-  std::vector<int64_t> size(static_cast<size_t>(k), 0);
   std::vector<int32_t> add(static_cast<size_t>(k), 0);
-  std::vector<double> total(static_cast<size_t>(k), 0.0);
-  for (int64_t i = 0; i < n; ++i) {
-    TORCH_CHECK(g[i] >= 0 && g[i] < k, "refine_groups: group ", g[i], " out of range");
-    size[g[i]] += 1;
-    total[g[i]] += w[i];
-    for (int64_t r = ptr[i]; r < ptr[i + 1]; ++r) cnt[reach[r] * k + g[i]] += 1;
-  }
-  for (int64_t pass = 0; pass < num_passes; ++pass) {
-    int64_t moved = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t a = g[i];
-      if (size[a] <= 1) continue;
+  std::vector<int64_t> choice(rows.size());
+  auto apply = [&](State<C>& s, int64_t i, int64_t a, int64_t b) {
+    for (int64_t r = ptr[i]; r < ptr[i + 1]; ++r) {
+      s.cnt[reach[r] * k + a] -= 1;
+      s.cnt[reach[r] * k + b] += 1;
+    }
+    s.total[a] -= w[i];
+    s.total[b] += w[i];
+    s.size[a] -= 1;
+    s.size[b] += 1;
+    s.g[i] = b;
+  };
+  for (int64_t pass = pass0; pass < num_passes; ++pass) {
+    int64_t moved = pass == pass0 ? moved0 : 0;
+    for (int64_t i = pass == pass0 ? i0 : 0; i < n; ++i) {
+      const int64_t a = st.g[i];
+      if (st.size[a] <= 1) continue;
       int64_t lose = 0;
       int32_t* add_p = add.data();
       std::fill(add_p, add_p + k, 0);
-      const int32_t* cnt_p = cnt.data();
+      const C* cnt_p = st.cnt.data();
       for (int64_t r = ptr[i]; r < ptr[i + 1]; ++r) {
-        const int32_t* row = cnt_p + reach[r] * k;
+        const C* row = cnt_p + reach[r] * k;
         lose += row[a] == 1;
         for (int64_t b = 0; b < k; ++b) add_p[b] += row[b] == 0;
       }
-      int64_t best = -1, best_gain = 0;
-      for (int64_t b = 0; b < k; ++b) {
-        if (b != a && lose - add[b] > best_gain && total[b] + w[i] <= max_group_weight) {
-          best = b;
-          best_gain = lose - add[b];
+      bool same = true;
+      for (size_t v = 0; v < rows.size(); ++v) {
+        int64_t best = -1, best_gain = 0;
+        for (int64_t b = 0; b < k; ++b) {
+          if (b != a && lose - add[b] > best_gain && st.total[b] + w[i] <= caps[rows[v]]) {
+            best = b;
+            best_gain = lose - add[b];
+          }
         }
+        choice[v] = best;
+        same = same && best == choice[0];
       }
+      if (!same) {  // fork: every other choice continues on its own copy; the last row's keeps this state
+        const int64_t keep = choice[rows.size() - 1];
+        std::vector<int64_t> done;
+        for (size_t v = 0; v + 1 < rows.size(); ++v) {
+          const int64_t c = choice[v];
+          if (c == keep || std::find(done.begin(), done.end(), c) != done.end()) continue;
+          done.push_back(c);
+          std::vector<int64_t> sub;
+          for (size_t u = 0; u < rows.size(); ++u)
+            if (choice[u] == c) sub.push_back(rows[u]);
+          State<C> copy = st;
+          if (c >= 0) apply(copy, i, a, c);
+          greedy_impl<KC, C>(rs, n, w, k, copy, sub, caps, num_passes, pass, i + 1, moved + (c >= 0 ? 1 : 0), g_out,
+                          inputs_out);
+        }
+        std::vector<int64_t> sub;
+        for (size_t u = 0; u < rows.size(); ++u)
+          if (choice[u] == keep) sub.push_back(rows[u]);
+        rows = sub;
+        choice.assign(rows.size(), keep);
+      }
+      const int64_t best = choice[0];
       if (best < 0) continue;
-      for (int64_t r = ptr[i]; r < ptr[i + 1]; ++r) {
-        cnt[reach[r] * k + a] -= 1;
-        cnt[reach[r] * k + best] += 1;
-      }
-      total[a] -= w[i];
-      total[best] += w[i];
-      size[a] -= 1;
-      size[best] += 1;
-      g[i] = best;
+      apply(st, i, a, best);
       ++moved;
     }
     if (moved == 0) break;
   }
-  int64_t inputs = 0;
-  for (const int32_t c : cnt) inputs += c > 0;
-  return inputs;
+  for (const int64_t v : rows) finish(st, g_out + v * n, inputs_out + v);
 }
 
-int64_t greedy(const Reaches& rs, int64_t n, const double* w, int64_t k, int64_t num_inputs, double max_group_weight,
-               int64_t num_passes, int64_t* g) {
+template <typename C>
+void greedy(const Reaches& rs, int64_t n, const double* w, int64_t k, State<C>& st, const std::vector<int64_t>& rows,
+            const double* caps, int64_t num_passes, int64_t* g_out, int64_t* inputs_out) {
   switch (k) {
-    case 2: return greedy_impl<2>(rs, n, w, k, num_inputs, max_group_weight, num_passes, g);
-    case 4: return greedy_impl<4>(rs, n, w, k, num_inputs, max_group_weight, num_passes, g);
-    case 8: return greedy_impl<8>(rs, n, w, k, num_inputs, max_group_weight, num_passes, g);
-    case 16: return greedy_impl<16>(rs, n, w, k, num_inputs, max_group_weight, num_passes, g);
-    case 32: return greedy_impl<32>(rs, n, w, k, num_inputs, max_group_weight, num_passes, g);
-    default: return greedy_impl<0>(rs, n, w, k, num_inputs, max_group_weight, num_passes, g);
+    case 2: return greedy_impl<2, C>(rs, n, w, k, st, rows, caps, num_passes, 0, 0, 0, g_out, inputs_out);
+    case 4: return greedy_impl<4, C>(rs, n, w, k, st, rows, caps, num_passes, 0, 0, 0, g_out, inputs_out);
+    case 8: return greedy_impl<8, C>(rs, n, w, k, st, rows, caps, num_passes, 0, 0, 0, g_out, inputs_out);
+    case 16: return greedy_impl<16, C>(rs, n, w, k, st, rows, caps, num_passes, 0, 0, 0, g_out, inputs_out);
+    case 32: return greedy_impl<32, C>(rs, n, w, k, st, rows, caps, num_passes, 0, 0, 0, g_out, inputs_out);
+    default: return greedy_impl<0, C>(rs, n, w, k, st, rows, caps, num_passes, 0, 0, 0, g_out, inputs_out);
   }
+}
+
+// Refines every row of the [C, n] starts ``g`` under caps[c] into g_out/inputs_out: rows with equal
+// starts run as one cohort (see greedy_impl); a cap below every group's weight plus the lightest seed
+// admits no first move, hence none at all, so such a row is only counted.
+template <typename C>
+void refine_all_as(const Reaches& rs, int64_t n, const double* w, int64_t k, const int64_t* g, int64_t num_rows,
+                   const double* caps, int64_t num_passes, int64_t* g_out, int64_t* inputs_out) {
+  std::vector<bool> taken(static_cast<size_t>(num_rows), false);
+  const double w_min = n > 0 ? *std::min_element(w, w + n) : 0.0;
+  for (int64_t c = 0; c < num_rows; ++c) {
+    if (taken[c]) continue;
+    const int64_t* start = g + c * n;
+    std::vector<int64_t> rows;
+    for (int64_t d = c; d < num_rows; ++d) {
+      if (!taken[d] && std::equal(start, start + n, g + d * n)) {
+        taken[d] = true;
+        rows.push_back(d);
+      }
+    }
+    State<C> st = init_state<C>(rs, n, w, k, start);
+    const double t_min = *std::min_element(st.total.begin(), st.total.end());
+    std::vector<int64_t> movable;
+    for (const int64_t v : rows) {
+      if (t_min + w_min <= caps[v]) movable.push_back(v);
+      else finish(st, g_out + v * n, inputs_out + v);
+    }
+    if (!movable.empty()) greedy(rs, n, w, k, st, movable, caps, num_passes, g_out, inputs_out);
+  }
+}
+
+void refine_all(const Reaches& rs, int64_t n, const double* w, int64_t k, const int64_t* g, int64_t num_rows,
+                const double* caps, int64_t num_passes, int64_t* g_out, int64_t* inputs_out) {
+  if (n <= INT16_MAX) return refine_all_as<int16_t>(rs, n, w, k, g, num_rows, caps, num_passes, g_out, inputs_out);
+  refine_all_as<int32_t>(rs, n, w, k, g, num_rows, caps, num_passes, g_out, inputs_out);
 }
 
 at::Tensor refine_groups_cpu(at::TensorList indptrs, at::TensorList indices, const at::Tensor& positions,
@@ -159,8 +258,11 @@ at::Tensor refine_groups_cpu(at::TensorList indptrs, at::TensorList indices, con
   const int64_t n = positions.numel();
   const at::Tensor pos_c = positions.contiguous(), w_c = weights.contiguous();
   const Reaches rs = build_reaches(indptrs, indices, pos_c.data_ptr<int64_t>(), n, num_inputs);
-  at::Tensor out = groups.contiguous().clone();
-  greedy(rs, n, w_c.data_ptr<double>(), num_groups, num_inputs, max_group_weight, num_passes, out.data_ptr<int64_t>());
+  const at::Tensor start = groups.contiguous();
+  at::Tensor out = at::empty_like(start);
+  int64_t inputs = 0;
+  refine_all(rs, n, w_c.data_ptr<double>(), num_groups, start.data_ptr<int64_t>(), 1, &max_group_weight, num_passes,
+             out.data_ptr<int64_t>(), &inputs);
   return out;
 }
 
@@ -176,12 +278,13 @@ std::tuple<at::Tensor, at::Tensor> refine_groups_many_cpu(at::TensorList indptrs
   const int64_t n = positions.numel();
   const at::Tensor pos_c = positions.contiguous(), w_c = weights.contiguous();
   const Reaches rs = build_reaches(indptrs, indices, pos_c.data_ptr<int64_t>(), n, num_inputs);
-  at::Tensor out = groups.contiguous().clone();
+  const at::Tensor start = groups.contiguous();
+  TORCH_CHECK(start.size(1) == n, "refine_groups_many: groups must have one column per position");
+  at::Tensor out = at::empty_like(start);
   at::Tensor inputs = at::empty({groups.size(0)}, positions.options());
-  for (int64_t c = 0; c < groups.size(0); ++c) {
-    inputs.data_ptr<int64_t>()[c] = greedy(rs, n, w_c.data_ptr<double>(), num_groups, num_inputs,
-                                           max_group_weights[c], num_passes, out.data_ptr<int64_t>() + c * n);
-  }
+  const std::vector<double> caps(max_group_weights.begin(), max_group_weights.end());
+  refine_all(rs, n, w_c.data_ptr<double>(), num_groups, start.data_ptr<int64_t>(), start.size(0), caps.data(),
+             num_passes, out.data_ptr<int64_t>(), inputs.data_ptr<int64_t>());
   return {out, inputs};
 }
 

@@ -122,3 +122,16 @@ def test_many_starts_refuse_bad_caps(blocks):
         refine_groups_many(ips, inds, positions, torch.stack([groups, groups]), weights, k, num_inputs, [cap], passes)
     with pytest.raises(ValueError, match=r"\[C, n\]"):
         refine_groups_many(ips, inds, positions, groups, weights, k, num_inputs, [cap], passes)
+
+
+@pytest.mark.parametrize("k", [2, 8])
+def test_caps_sharing_one_start_equal_their_own_refinements(blocks, k):
+    """Caps of one start share its passes until their moves differ (native): each row must still be
+    that start refined under its own cap alone, and the caps must lead to different results."""
+    ips, inds, positions, groups, weights, _, num_inputs, cap, passes = _args(blocks, k, slack=1.0)
+    caps = [cap, cap * 1.02, cap * 1.1, cap * 1.3, cap * 3.0]
+    got, _ = refine_groups_many(ips, inds, positions, groups.expand(len(caps), -1), weights, k, num_inputs, caps,
+                                passes)
+    for row, c in zip(got, caps):
+        assert torch.equal(row, ref.refine_groups(ips, inds, positions, groups, weights, k, num_inputs, c, passes))
+    assert len({tuple(row.tolist()) for row in got}) >= 3, "the caps should lead to different refinements"

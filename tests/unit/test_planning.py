@@ -166,12 +166,12 @@ def test_refinement_lowers_redundancy_and_keeps_balance(balance):
 
 
 def test_plan_choice_keeps_memory_balance_over_fewer_inputs():
-    """`_best_labels` takes the candidate with the fewest inputs only within MAX_GROWTH of the
+    """`_best_plan` takes the candidate with the fewest inputs only within MAX_GROWTH of the
     contiguous split's largest estimate: lumping almost every seed into one group (fewer inputs, far
     more memory in that group) is refused, a balanced candidate with fewer inputs is taken."""
     from cherry.data.degree_laws import degree_law_graph
     from cherry.ops.planning import group_shapes
-    from cherry.planning.plan import _best_labels
+    from cherry.planning.plan import _best_plan
 
     graph = degree_law_graph("barabasi-albert", 3000, seed=7)
     blocks = NeighborSampler(graph, [5, 10]).sample(torch.randperm(3000)[:400], torch.Generator().manual_seed(8))
@@ -186,7 +186,12 @@ def test_plan_choice_keeps_memory_balance_over_fewer_inputs():
     assert inputs(lumped) < inputs(contiguous)
     labels = torch.stack([contiguous, lumped])
     counts = torch.tensor([inputs(contiguous), inputs(lumped)])
-    assert torch.equal(_best_labels(blocks, order, labels, counts, k, mm), contiguous)
+    def picks(labels, counts, want):  # the plan's groups are the seeds of each label of ``want``, in order
+        groups, parts, est = _best_plan(blocks, order, labels, counts, k, mm)
+        assert len(groups) == len(parts) == len(est) == k
+        return all(torch.equal(got, order[want == g]) for g, got in enumerate(groups))
+
+    assert picks(labels, counts, contiguous)
     refined = plan_microbatches(blocks, mm, num_microbatches=k)  # balanced by construction
     chosen = torch.empty(n, dtype=torch.int64)
     for g, part in enumerate(refined.seed_groups):
@@ -194,4 +199,4 @@ def test_plan_choice_keeps_memory_balance_over_fewer_inputs():
     labels = torch.stack([contiguous, lumped, chosen])
     counts = torch.tensor([inputs(contiguous), inputs(lumped), inputs(chosen)])
     assert counts[2] < counts[0]
-    assert torch.equal(_best_labels(blocks, order, labels, counts, k, mm), chosen)
+    assert picks(labels, counts, chosen)
