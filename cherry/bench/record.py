@@ -186,8 +186,9 @@ def build_record(spec: RunSpec, m: RunMeasurements, prov: Optional[dict] = None)
     measured = m.step_outcomes[warmup:] or m.step_outcomes
     ks = sorted(o.num_microbatches for o in measured)
     redundancy = _per_layer_mean(measured)
-    # Estimates of the measured steps only: the warm-up's plans (and the first plan made ahead of
-    # it) use the uncalibrated model, which is what calibration exists to correct.
+    # Estimates of the measured steps only: the warm-up's plans use the uncalibrated model. The first
+    # measured step was planned ahead, during the warm-up, so it may be uncalibrated too: the per-step
+    # median below is what to read, the largest estimate can still be that step's.
     estimates = [o.estimated_peak_bytes for o in measured if o.estimated_peak_bytes is not None]
     step_errors = [abs(o.estimated_peak_bytes - o.measured_peak_bytes) / o.measured_peak_bytes for o in measured
                    if o.estimated_peak_bytes is not None and o.measured_peak_bytes]
