@@ -184,3 +184,36 @@ def test_paper_config_plans(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout + result.stderr
     assert "run_benchmark" in out and "verify_gradient" in out
+
+
+def _planned_jobs(text: str) -> dict[str, dict[str, str]]:
+    """run id -> {"threads", "resources", "shell"} of each run_benchmark job in a dry run's output."""
+    jobs, current = {}, None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("wildcards: run="):
+            current = jobs.setdefault(stripped.split("=", 1)[1], {})
+        elif current is not None and stripped.startswith(("threads:", "resources:")):
+            key, value = stripped.split(":", 1)
+            current[key] = value.strip()
+        elif current is not None and stripped.startswith("Shell command:"):
+            current["shell"] = stripped
+            current = None
+    return {run: job for run, job in jobs.items() if "shell" in job and "cherry.bench.run" in job["shell"]}
+
+
+def test_timed_runs_claim_every_core_and_keep_their_compute_threads(tmp_path):
+    # Nothing runs beside a timed run (it claims all of --cores), but it computes on `threads` OMP
+    # threads like every other run; untimed runs claim only their own threads and fill the cores.
+    write_config(tmp_path, tiny_config(tmp_path / "data"))
+    result = snakemake(tmp_path, "-n", "-p", "--cores", "3", "--forceall")
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = _planned_jobs(result.stdout + result.stderr)
+    timed = {run: job for run, job in jobs.items() if "timed_runs=1" in job["resources"]}
+    untimed = {run: job for run, job in jobs.items() if "timed_runs=0" in job["resources"]}
+    assert timed and untimed, sorted(jobs)
+    assert all(job.get("threads") == "3" for job in timed.values()), timed
+    assert all(job.get("threads", "1") in ("1", "2") for job in untimed.values()), untimed
+    for run, job in jobs.items():
+        ranks = 2 if run.startswith("distributed") else 1
+        assert f"OMP_NUM_THREADS={ranks} MKL_NUM_THREADS={ranks} python" in job["shell"], (run, job["shell"])

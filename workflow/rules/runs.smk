@@ -33,9 +33,13 @@ rule run_benchmark:
     resources:
         gpu=run_gpus,
         timed_runs=run_timed,
+    params:
+        omp=run_omp_threads,
     conda:
         CONDA_ENV
     shell:
+        # Snakemake exports OMP_NUM_THREADS={threads}; a timed run claims every core but computes on its own threads
+        "OMP_NUM_THREADS={params.omp} MKL_NUM_THREADS={params.omp} "
         "python -m cherry.bench.run --spec {input.spec} --out {output.record} 2> {log}"
 
 
