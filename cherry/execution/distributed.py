@@ -115,7 +115,9 @@ class DistributedTrainer(Trainer):
                            else {"broadcast_buffers": False})
         self.ddp = DistributedDataParallel(self.model, **no_sync_buffers)
         self.executor.model = self.ddp
-        torch.manual_seed(derive_seed(spec.seed, "rank", self.rank))  # dropout masks differ per rank
+        # torch's global RNG per rank (dropout masks come from the executor's counter-based seed, the
+        # same on every rank, so they equal one process's)
+        torch.manual_seed(derive_seed(spec.seed, "rank", self.rank))
         self.last_rank_stats: Optional[RankStepStats] = None
         self.rank_peak_bytes: list[Optional[int]] = [None] * self.world_size
 

@@ -108,8 +108,6 @@ def compare_distributed(spec, num_steps: int = 1, rank_device_memory_bytes: Opti
 
     if spec.nproc < 2:
         raise ValueError(f"nproc must be >= 2 to compare ranks with one process, got {spec.nproc}")
-    if spec.dropout != 0:
-        raise ValueError(f"dropout must be 0 for gradient equivalence, got {spec.dropout}")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
         raise ValueError(f"num_steps must be an int >= 1, got {num_steps!r}")
     dataset = load_dataset(spec.dataset, spec.root)

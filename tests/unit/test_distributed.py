@@ -66,6 +66,21 @@ def test_two_ranks_give_the_single_process_gradient_and_equal_parameters(synth_t
     assert all(k == (2, 2, 2) for k in check.rank_microbatches)  # each rank micro-batched its share
 
 
+def test_two_ranks_with_dropout_give_the_single_process_gradient(synth_tiny, data_root):
+    # Masks are a function of (node, layer, step) (cherry.models.dropout), not of the rank: the ranks'
+    # micro-batches apply the single process's mask to every node
+    from cherry.data import load_dataset
+    from cherry.execution.distributed_check import reference_gradients
+
+    spec = _spec(data_root, dropout=0.5)
+    check = compare_distributed(spec, num_steps=2, timeout_s=120)
+    assert check.max_rel_diff <= 1e-5, check.differences
+    assert check.parameters_identical
+    dataset = load_dataset("synth-tiny", str(data_root))
+    with_dropout, without = reference_gradients(spec, dataset), reference_gradients(spec.replace(dropout=0.0), dataset)
+    assert max(float((a - b).abs().max()) for a, b in zip(with_dropout, without)) > 1e-3  # dropout acted
+
+
 def test_one_rank_out_of_memory_replans_there_without_deadlocking_the_other(synth_tiny, data_root):
     # K from a generous budget is 1 on both ranks; rank 1's emulated device is too small for that (1.5 MiB:
     # the CPU's step LSTM peaks at less than half the bucketed one's, and holds K = 1 in 3 MiB).
