@@ -32,7 +32,7 @@ import torch
 from cherry.ops.planning import _group_shapes
 from cherry.planning.memory_model import MemoryModel
 from cherry.planning.shapes import BatchShape, LayerShape
-from cherry.planning.split import candidate_labels, seed_costs, split_seeds
+from cherry.planning.split import Candidates, candidate_labels, seed_costs, split_seeds
 from cherry.sampling import Blocks, slice_blocks, slice_blocks_many
 
 
@@ -44,30 +44,33 @@ def _sliced(blocks: Blocks, groups, memory_model: MemoryModel):
     return tuple(groups), parts, tuple(memory_model.estimate_bytes(BatchShape.of(p)) for p in parts)
 
 
-def _best_plan(blocks: Blocks, order: torch.Tensor, labels: torch.Tensor, inputs: torch.Tensor, k: int,
-               memory_model: MemoryModel):
-    """`_sliced` of the candidate of ``labels`` (``[C, n]``, the contiguous split first) with summed input
-    nodes ``inputs`` that has the fewest inputs and a largest estimate within ``MAX_GROWTH`` of the
-    contiguous split's. Candidates are tried in order of inputs, each sliced (usually the first fits,
-    and its slices are the plan's); the contiguous split's estimate comes from `group_shapes` (the
-    same counts as its slices), so it is sliced only when it is chosen."""
+def _best_plan(blocks: Blocks, order: torch.Tensor, candidates: Candidates, k: int, memory_model: MemoryModel):
+    """`_sliced` of the candidate (rows of ``candidates.labels``, the contiguous split first) with the
+    fewest inputs and a largest estimate within ``MAX_GROWTH`` of the contiguous split's. Candidates
+    are tried in order of ``candidates.inputs``, each sliced (usually the first fits, and its slices
+    are the plan's); where those are not exact input counts, a candidate is taken only if its slices
+    hold fewer inputs than the contiguous split. The contiguous split's estimate and inputs come from
+    `group_shapes` (the same counts as its slices), so it is sliced only when it is chosen."""
     layers = blocks.layers
     ips, inds = [b.indptr for b in layers], [b.indices for b in layers]
+    labels = candidates.labels
 
     def sliced(row: torch.Tensor):
         perm = torch.argsort(row, stable=True)  # stable: each group keeps the locality order
         chosen = torch.split(order.index_select(0, perm), torch.bincount(row, minlength=k).tolist())
         return _sliced(blocks, chosen, memory_model)
 
-    counts = _group_shapes(ips, inds, order, labels[0], k).tolist()
-    limit = max(memory_model.estimate_bytes(BatchShape(tuple(LayerShape(*c) for c in group))) for group in counts)
+    shapes = _group_shapes(ips, inds, order, labels[0], k)
+    contiguous_inputs = int(shapes[:, 0, 0].sum())
+    limit = max(memory_model.estimate_bytes(BatchShape(tuple(LayerShape(*c) for c in group)))
+                for group in shapes.tolist())
     limit *= 1 + MAX_GROWTH
-    first = inputs.tolist()
+    first = candidates.inputs.tolist()
     for c in sorted(range(1, len(first)), key=lambda c: (first[c], c)):
         if first[c] >= first[0]:
             break
         plan = sliced(labels[c])
-        if max(plan[2]) <= limit:
+        if max(plan[2]) <= limit and (candidates.exact or sum(p.layers[0].num_src for p in plan[1]) < contiguous_inputs):
             return plan
         del plan  # a refused candidate's slices must not stay allocated while the next one is sliced
     return sliced(labels[0])
@@ -141,7 +144,7 @@ def plan_microbatches(
         order, sizes = torch.cat(groups), [g.numel() for g in groups]
         weights = (torch.ones(n, dtype=torch.float64) if balance == "count" else costs.index_select(0, order).to(torch.float64))
         try:
-            return _best_plan(blocks, order, *candidate_labels(blocks, order, sizes, weights), k, memory_model)
+            return _best_plan(blocks, order, candidate_labels(blocks, order, sizes, weights), k, memory_model)
         except torch.OutOfMemoryError:  # candidates are an optimisation: a device too full keeps the contiguous split
             return _sliced(blocks, groups, memory_model)
 

@@ -172,6 +172,7 @@ def test_plan_choice_keeps_memory_balance_over_fewer_inputs():
     from cherry.data.degree_laws import degree_law_graph
     from cherry.ops.planning import group_shapes
     from cherry.planning.plan import _best_plan
+    from cherry.planning.split import Candidates
 
     graph = degree_law_graph("barabasi-albert", 3000, seed=7)
     blocks = NeighborSampler(graph, [5, 10]).sample(torch.randperm(3000)[:400], torch.Generator().manual_seed(8))
@@ -187,7 +188,7 @@ def test_plan_choice_keeps_memory_balance_over_fewer_inputs():
     labels = torch.stack([contiguous, lumped])
     counts = torch.tensor([inputs(contiguous), inputs(lumped)])
     def picks(labels, counts, want):  # the plan's groups are the seeds of each label of ``want``, in order
-        groups, parts, est = _best_plan(blocks, order, labels, counts, k, mm)
+        groups, parts, est = _best_plan(blocks, order, Candidates(labels, counts, exact=True), k, mm)
         assert len(groups) == len(parts) == len(est) == k
         return all(torch.equal(got, order[want == g]) for g, got in enumerate(groups))
 
