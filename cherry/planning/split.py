@@ -40,7 +40,8 @@ from cherry.sampling import Blocks
 
 BALANCES = ("memory", "count")
 REFINE_PASSES = 3  # measured: later passes move almost nothing
-TOP_PASSES = 5  # top-layer refinement passes (cheap: one-hop reaches)
+TOP_PASSES = 5  # top-layer refinement passes of the grown starts (cheap: one-hop reaches)
+LOCAL_PASSES = 2  # of the contiguous split on a batch with locality: measured, later passes move almost nothing
 CANDIDATE_TOLERANCES = (0.05, 0.1, 0.2)  # weight slacks of the refined candidates (the winner varies with it)
 LOCALITY_RATIO = 0.9  # contiguous / strided top-layer sources below this: the batch has locality
 UNREFINED_CAP = float("-inf")  # a refinement cap below every weight: the start is only counted
@@ -133,7 +134,7 @@ def candidate_labels(blocks: Blocks, order: torch.Tensor, sizes: list[int], weig
     strided = torch.arange(order.numel(), device=device) % k
     top_rows = torch.cat([torch.stack([contiguous, strided]), contiguous.expand(c, -1)])
     top_labels, top_counts = _refine_groups_many([top.indptr], [top.indices], order, top_rows, weights, k,
-                                                 top.num_src, [UNREFINED_CAP] * 2 + caps, TOP_PASSES)
+                                                 top.num_src, [UNREFINED_CAP] * 2 + caps, LOCAL_PASSES)
     if int(top_counts[0]) < LOCALITY_RATIO * int(top_counts[1]):
         # a batch with locality: the contiguous split refined on the top layer, ranked by its top-layer
         # sources; growing and every input-layer reach build would cost far more than they gain here

@@ -68,6 +68,11 @@ Reaches build_reaches(at::TensorList indptrs, at::TensorList indices, const int6
   const int64_t num_seeds = ips[num_layers - 1].numel() - 1;
   for (int64_t i = 0; i < n; ++i)
     TORCH_CHECK(seeds[i] >= 0 && seeds[i] < num_seeds, "refine_groups: position ", seeds[i], " out of range");
+  std::vector<const int64_t*> ip_p, ind_p;  // data_ptr checks its tensor on every call: once per layer
+  for (int64_t l = 0; l < num_layers; ++l) {
+    ip_p.push_back(ips[l].data_ptr<int64_t>());
+    ind_p.push_back(inds[l].data_ptr<int64_t>());
+  }
   int32_t next = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t start = static_cast<int64_t>(reach.size());
@@ -76,8 +81,8 @@ Reaches build_reaches(at::TensorList indptrs, at::TensorList indices, const int6
     slot[s].stamp = stamp;
     reach.push_back(static_cast<int32_t>(s));
     for (int64_t l = num_layers - 1; l >= 0; --l) {
-      const int64_t* ip = ips[l].data_ptr<int64_t>();
-      const int64_t* ind = inds[l].data_ptr<int64_t>();
+      const int64_t* ip = ip_p[l];
+      const int64_t* ind = ind_p[l];
       // the top layer (l = num_layers - 1) expands the seed; each lower one everything reached so far
       const int64_t end = static_cast<int64_t>(reach.size());
       for (int64_t r = start; r < end; ++r) {
