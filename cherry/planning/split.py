@@ -12,18 +12,28 @@ candidates below recover what it misses. Seeds move between groups by `cherry.op
 (greedy, native, linear in the seeds' tree edges per pass, several starts on one build of the
 reaches), under a cap on each group's summed seed cost.
 
-`candidate_labels` gives the planner its candidates for one K: the contiguous split, and for each
-weight slack of ``CANDIDATE_TOLERANCES`` (the greedy's local optimum depends on the slack, and which
-slack wins varies per batch and degree law): the contiguous split refined on the input layer (what
-the planner did before), and `grow_groups` (greedy growing over the top layer's shared neighbours in
-locality order: it recovers on graphs without community structure what a global order cannot carry)
-refined first on the top layer (one-hop reaches, linear in the top block's edges: a cheap descent)
-and then, only where that descent already holds fewer input nodes than the contiguous split (a batch
-without community structure), on the input layer. Measured over the benchmark's degree laws and datasets (batch 1024 and
-4096, K = 2..16) the winner was an input-layer refinement in 39 of 40 settings, of the contiguous
-start on the generated datasets and mostly of the grown start on the heavy-tailed laws. The planner
-picks among the candidates by their exact input counts (each `refine_groups_many` result's count; the
-two unrefined candidates are counted on the contiguous starts' reach build, under ``UNREFINED_CAP``).
+`candidate_labels` gives the planner its candidates for one K. It first builds the top layer's
+one-hop reaches once (linear in the top block's edges) and on them counts the top-layer sources of
+the contiguous split and of the strided split (seed ``i`` of the locality order in group ``i mod K``,
+which breaks up every run of neighbours the order put together), and refines the contiguous split
+on the top layer for each weight slack of ``CANDIDATE_TOLERANCES`` (``LOCAL_PASSES`` passes).
+
+- A batch with locality (the contiguous split holds under ``LOCALITY_RATIO`` times the strided
+  split's top-layer sources: measured 0.77-0.95 on the generated datasets and the geometric graph at
+  batch 4096 and above, 0.97-1.00 on the heavy-tailed laws) keeps these top-layer refinements as its
+  candidates, ranked by their top-layer sources (not exact input counts: the planner checks the
+  chosen one's inputs on its slices). On such batches the input-layer refinement of the contiguous
+  split won before, but its reach build walks every seed's whole tree, about eight times the top
+  layer's entries, and cost two thirds of the planning; the top-layer refinement keeps about 70% of
+  its gain (synth-arxiv, batch 4096, K = 8: contiguous 1.691, top-layer refined 1.649, input-layer
+  refined 1.632, Betty 1.78).
+- Any other batch (heavy-tailed degree laws, small batches) gets what it got before: for each slack,
+  the contiguous split refined on the input layer, and `grow_groups` (greedy growing over the top
+  layer's shared neighbours in locality order: it recovers on graphs without community structure
+  what a global order cannot carry) refined first on the top layer (a cheap descent) and then, only
+  where that descent already holds fewer input nodes than the contiguous split, on the input layer.
+  Their counts are exact (each `refine_groups_many` result's count; the two unrefined candidates are
+  counted on the contiguous starts' reach build, under ``UNREFINED_CAP``).
 
 Invariant: the groups partition the given positions; each group is non-empty and keeps rank order.
 """
