@@ -10,16 +10,26 @@ K in proportion to the overshoot. A budget that one seed alone cannot meet raise
 `BudgetTooSmallError` before any compute.
 
 Refinement (``refine=True``, K > 1): the contiguous split in locality order is one candidate;
-`candidate_labels` gives the others (the contiguous split refined, and groups grown over the top
-layer's shared neighbours and refined), each with its exact input count. The plan keeps the one with
-the fewest input nodes whose largest estimate is at most ``MAX_GROWTH`` above the contiguous split's
-(estimates from `group_shapes`: the micro-batches' exact per-layer counts, without slicing, taken in
-order of inputs until one fits), so choosing never raises redundancy and keeps the memory balance.
-Only the chosen candidate is sliced. Cost: the input-layer refinement (one reach build per call, its
-passes shared by the slacks of one start until their moves differ; linear in the seeds' sampled
-trees times K), one `group_shapes` and the slicing of the choice, growing, in about equal parts;
-measured on synth-arxiv, batch 8192, K = 8 at about half Betty's partitioning time, not the 10x
-below it that issue 13 asks for.
+`candidate_labels` gives the others (on a batch with locality the contiguous split refined on the top
+layer, ranked by its top-layer sources; on any other batch the contiguous split refined on the input
+layer and groups grown over the top layer's shared neighbours and refined, each with its exact input
+count). The plan keeps the candidate with the fewest input nodes whose largest estimate is at most
+``MAX_GROWTH`` above the contiguous split's (the contiguous split's estimates and inputs from
+`group_shapes`: the micro-batches' exact per-layer counts, without slicing), taking candidates in
+order until one fits and, when their ranking is not an input count, holds fewer inputs on its
+slices than the contiguous split: so choosing never raises redundancy and keeps the memory balance.
+Only the chosen candidate is sliced (a refused one's slices are dropped).
+
+Cost, measured on synth-arxiv, batch 8192, fanouts (10, 25), K = 8, one thread (a batch with
+locality; thread CPU time per stage on a loaded 2-core machine): seed costs and split 1.7 ms, the
+top layer's counts and refinement 2.5-3 ms, `group_shapes` of the contiguous split 3-4 ms, slicing
+the choice 4-5 ms, the rest (estimates, Python) about 1.5 ms; in all 12.9 ms against Betty's
+partitioning 94.7 ms (`cherry bench planner`, the same batch: 7.3x; before the top-layer path
+39.7 ms, 2.4x) and 9% of a CPU step (`cherry bench engine`, mean, hidden 128: 18% before), short of
+the 10x and 5% issue 13 asks for: slicing and `group_shapes` walk every micro-batch's tree once each
+and are bound by the latency of random rows. A batch without locality pays the input-layer
+refinements (a reach build per call, linear in the seeds' sampled trees, each pass times K), as
+before.
 """
 from __future__ import annotations
 

@@ -7,6 +7,8 @@
 // unassigned and its score unchanged): the pick is exactly the reference's max-score, lowest-position.
 // group_shapes: one stamp array over the input positions (stamp[u] == g: u is in group g's current
 // frontier); a group's frontier only grows downwards, so each layer's sources extend its destinations.
+// The walk is bound by the latency of random rows of the blocks: the stamps are int32 (half the
+// cache footprint) and the rows of frontier entries a few ahead are prefetched.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>

@@ -1,7 +1,8 @@
 // CPU kernel of cherry::refine_groups (contract: cherry/ops/reference_planning.py).
 //
 // Reaches are built per seed with a stamp array over the input positions (stamp[u] == i: u is in
-// R(i) already), so each seed costs the edges of its sampled tree and nothing is sorted; the order
+// R(i) already; int32, with each position's relabelling in the same slot), so each seed costs the
+// edges of its sampled tree and nothing is sorted; the order
 // within a reach does not change any count, hence not the result. Counts live in one dense
 // [relabelled nodes x K] int16 (fewer than 2**15 seeds) or int32 array (K <= a few dozen), so a seed's gains for all K groups are one
 // pass over its reach with K-wide rows that stay in cache. Sequential by design: each move changes
