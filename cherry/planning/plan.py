@@ -21,15 +21,16 @@ slices than the contiguous split: so choosing never raises redundancy and keeps 
 Only the chosen candidate is sliced (a refused one's slices are dropped).
 
 Cost, measured on synth-arxiv, batch 8192, fanouts (10, 25), K = 8, one thread (a batch with
-locality; thread CPU time per stage on a loaded 2-core machine): seed costs and split 1.7 ms, the
-top layer's counts and refinement 2.5-3 ms, `group_shapes` of the contiguous split 3-4 ms, slicing
-the choice 4-5 ms, the rest (estimates, Python) about 1.5 ms; in all 12.9 ms against Betty's
-partitioning 94.7 ms (`cherry bench planner`, the same batch: 7.3x; before the top-layer path
-39.7 ms, 2.4x) and 9% of a CPU step (`cherry bench engine`, mean, hidden 128: 18% before), short of
-the 10x and 5% issue 13 asks for: slicing and `group_shapes` walk every micro-batch's tree once each
-and are bound by the latency of random rows. A batch without locality pays the input-layer
-refinements (a reach build per call, linear in the seeds' sampled trees, each pass times K), as
-before.
+locality; thread CPU time per stage, median of 15 on a shared 2-core machine): seed costs and split
+1.7 ms, the top layer's counts and refinement 2 ms, `group_shapes` of the contiguous split 2.8 ms,
+slicing the choice 4.5-5 ms, the rest (estimates, Python) under 1 ms: 12-13 ms in all (before the
+top-layer path 38-43 ms: the input-layer refinement alone was 15-16 ms, growing and its descent 8 ms,
+`group_shapes` 6 ms). Against Betty's partitioning of the same batch (`cherry bench planner`, three
+interleaved runs): 17.5 ms [13.6, 18.5] vs 105.7 ms, 6.1x [5.6, 9.1] (before 2.2x), and 9.6% of a
+CPU step (`cherry bench engine`, mean, hidden 128; before 24%): short of the 10x and 5% issue 13 asks
+for, as slicing and `group_shapes` each walk every micro-batch's tree once, bound by the latency of
+random rows. A batch without locality pays the input-layer refinements (a reach build per call,
+linear in the seeds' sampled trees, each pass times K), as before.
 """
 from __future__ import annotations
 
