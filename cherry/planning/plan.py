@@ -10,16 +10,27 @@ K in proportion to the overshoot. A budget that one seed alone cannot meet raise
 `BudgetTooSmallError` before any compute.
 
 Refinement (``refine=True``, K > 1): the contiguous split in locality order is one candidate;
-`candidate_labels` gives the others (the contiguous split refined, and groups grown over the top
-layer's shared neighbours and refined), each with its exact input count. The plan keeps the one with
-the fewest input nodes whose largest estimate is at most ``MAX_GROWTH`` above the contiguous split's
-(estimates from `group_shapes`: the micro-batches' exact per-layer counts, without slicing, taken in
-order of inputs until one fits), so choosing never raises redundancy and keeps the memory balance.
-Only the chosen candidate is sliced. Cost: the input-layer refinement (one reach build per call, its
-passes shared by the slacks of one start until their moves differ; linear in the seeds' sampled
-trees times K), one `group_shapes` and the slicing of the choice, growing, in about equal parts;
-measured on synth-arxiv, batch 8192, K = 8 at about half Betty's partitioning time, not the 10x
-below it that issue 13 asks for.
+`candidate_labels` gives the others (on a batch with locality the contiguous split refined on the top
+layer, ranked by its top-layer sources; on any other batch the contiguous split refined on the input
+layer and groups grown over the top layer's shared neighbours and refined, each with its exact input
+count). The plan keeps the candidate with the fewest input nodes whose largest estimate is at most
+``MAX_GROWTH`` above the contiguous split's (the contiguous split's estimates and inputs from
+`group_shapes`: the micro-batches' exact per-layer counts, without slicing), taking candidates in
+order until one fits and, when their ranking is not an input count, holds fewer inputs on its
+slices than the contiguous split: so choosing never raises redundancy and keeps the memory balance.
+Only the chosen candidate is sliced (a refused one's slices are dropped).
+
+Cost, measured on synth-arxiv, batch 8192, fanouts (10, 25), K = 8, one thread (a batch with
+locality; thread CPU time per stage, median of 15 on a shared 2-core machine): seed costs and split
+1.7 ms, the top layer's counts and refinement 2 ms, `group_shapes` of the contiguous split 2.8 ms,
+slicing the choice 4.5-5 ms, the rest (estimates, Python) under 1 ms: 12-13 ms in all (before the
+top-layer path 38-43 ms: the input-layer refinement alone was 15-16 ms, growing and its descent 8 ms,
+`group_shapes` 6 ms). Against Betty's partitioning of the same batch (`cherry bench planner`, three
+interleaved runs): 17.5 ms [13.6, 18.5] vs 105.7 ms, 6.1x [5.6, 9.1] (before 2.2x), and 9.6% of a
+CPU step (`cherry bench engine`, mean, hidden 128; before 24%): short of the 10x and 5% issue 13 asks
+for, as slicing and `group_shapes` each walk every micro-batch's tree once, bound by the latency of
+random rows. A batch without locality pays the input-layer refinements (a reach build per call,
+linear in the seeds' sampled trees, each pass times K), as before.
 """
 from __future__ import annotations
 
@@ -32,7 +43,7 @@ import torch
 from cherry.ops.planning import _group_shapes
 from cherry.planning.memory_model import MemoryModel
 from cherry.planning.shapes import BatchShape, LayerShape
-from cherry.planning.split import candidate_labels, seed_costs, split_seeds
+from cherry.planning.split import Candidates, candidate_labels, seed_costs, split_seeds
 from cherry.sampling import Blocks, slice_blocks, slice_blocks_many
 
 
@@ -44,30 +55,33 @@ def _sliced(blocks: Blocks, groups, memory_model: MemoryModel):
     return tuple(groups), parts, tuple(memory_model.estimate_bytes(BatchShape.of(p)) for p in parts)
 
 
-def _best_plan(blocks: Blocks, order: torch.Tensor, labels: torch.Tensor, inputs: torch.Tensor, k: int,
-               memory_model: MemoryModel):
-    """`_sliced` of the candidate of ``labels`` (``[C, n]``, the contiguous split first) with summed input
-    nodes ``inputs`` that has the fewest inputs and a largest estimate within ``MAX_GROWTH`` of the
-    contiguous split's. Candidates are tried in order of inputs, each sliced (usually the first fits,
-    and its slices are the plan's); the contiguous split's estimate comes from `group_shapes` (the
-    same counts as its slices), so it is sliced only when it is chosen."""
+def _best_plan(blocks: Blocks, order: torch.Tensor, candidates: Candidates, k: int, memory_model: MemoryModel):
+    """`_sliced` of the candidate (rows of ``candidates.labels``, the contiguous split first) with the
+    fewest inputs and a largest estimate within ``MAX_GROWTH`` of the contiguous split's. Candidates
+    are tried in order of ``candidates.inputs``, each sliced (usually the first fits, and its slices
+    are the plan's); where those are not exact input counts, a candidate is taken only if its slices
+    hold fewer inputs than the contiguous split. The contiguous split's estimate and inputs come from
+    `group_shapes` (the same counts as its slices), so it is sliced only when it is chosen."""
     layers = blocks.layers
     ips, inds = [b.indptr for b in layers], [b.indices for b in layers]
+    labels = candidates.labels
 
     def sliced(row: torch.Tensor):
         perm = torch.argsort(row, stable=True)  # stable: each group keeps the locality order
         chosen = torch.split(order.index_select(0, perm), torch.bincount(row, minlength=k).tolist())
         return _sliced(blocks, chosen, memory_model)
 
-    counts = _group_shapes(ips, inds, order, labels[0], k).tolist()
-    limit = max(memory_model.estimate_bytes(BatchShape(tuple(LayerShape(*c) for c in group))) for group in counts)
+    shapes = _group_shapes(ips, inds, order, labels[0], k)
+    contiguous_inputs = int(shapes[:, 0, 0].sum())
+    limit = max(memory_model.estimate_bytes(BatchShape(tuple(LayerShape(*c) for c in group)))
+                for group in shapes.tolist())
     limit *= 1 + MAX_GROWTH
-    first = inputs.tolist()
+    first = candidates.inputs.tolist()
     for c in sorted(range(1, len(first)), key=lambda c: (first[c], c)):
         if first[c] >= first[0]:
             break
         plan = sliced(labels[c])
-        if max(plan[2]) <= limit:
+        if max(plan[2]) <= limit and (candidates.exact or sum(p.layers[0].num_src for p in plan[1]) < contiguous_inputs):
             return plan
         del plan  # a refused candidate's slices must not stay allocated while the next one is sliced
     return sliced(labels[0])
@@ -141,7 +155,7 @@ def plan_microbatches(
         order, sizes = torch.cat(groups), [g.numel() for g in groups]
         weights = (torch.ones(n, dtype=torch.float64) if balance == "count" else costs.index_select(0, order).to(torch.float64))
         try:
-            return _best_plan(blocks, order, *candidate_labels(blocks, order, sizes, weights), k, memory_model)
+            return _best_plan(blocks, order, candidate_labels(blocks, order, sizes, weights), k, memory_model)
         except torch.OutOfMemoryError:  # candidates are an optimisation: a device too full keeps the contiguous split
             return _sliced(blocks, groups, memory_model)
 

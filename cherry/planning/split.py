@@ -12,22 +12,34 @@ candidates below recover what it misses. Seeds move between groups by `cherry.op
 (greedy, native, linear in the seeds' tree edges per pass, several starts on one build of the
 reaches), under a cap on each group's summed seed cost.
 
-`candidate_labels` gives the planner its candidates for one K: the contiguous split, and for each
-weight slack of ``CANDIDATE_TOLERANCES`` (the greedy's local optimum depends on the slack, and which
-slack wins varies per batch and degree law): the contiguous split refined on the input layer (what
-the planner did before), and `grow_groups` (greedy growing over the top layer's shared neighbours in
-locality order: it recovers on graphs without community structure what a global order cannot carry)
-refined first on the top layer (one-hop reaches, linear in the top block's edges: a cheap descent)
-and then, only where that descent already holds fewer input nodes than the contiguous split (a batch
-without community structure), on the input layer. Measured over the benchmark's degree laws and datasets (batch 1024 and
-4096, K = 2..16) the winner was an input-layer refinement in 39 of 40 settings, of the contiguous
-start on the generated datasets and mostly of the grown start on the heavy-tailed laws. The planner
-picks among the candidates by their exact input counts (each `refine_groups_many` result's count; the
-two unrefined candidates are counted on the contiguous starts' reach build, under ``UNREFINED_CAP``).
+`candidate_labels` gives the planner its candidates for one K. It first builds the top layer's
+one-hop reaches once (linear in the top block's edges) and on them counts the top-layer sources of
+the contiguous split and of the strided split (seed ``i`` of the locality order in group ``i mod K``,
+which breaks up every run of neighbours the order put together), and refines the contiguous split
+on the top layer for each weight slack of ``CANDIDATE_TOLERANCES`` (``LOCAL_PASSES`` passes).
+
+- A batch with locality (the contiguous split holds under ``LOCALITY_RATIO`` times the strided
+  split's top-layer sources: measured 0.77-0.95 on the generated datasets and the geometric graph at
+  batch 4096 and above, 0.97-1.00 on the heavy-tailed laws) keeps these top-layer refinements as its
+  candidates, ranked by their top-layer sources (not exact input counts: the planner checks the
+  chosen one's inputs on its slices). On such batches the input-layer refinement of the contiguous
+  split won before, but its reach build walks every seed's whole tree, about eight times the top
+  layer's entries, and cost two thirds of the planning; the top-layer refinement keeps about 70% of
+  its gain (synth-arxiv, batch 4096, K = 8: contiguous 1.691, top-layer refined 1.649, input-layer
+  refined 1.632, Betty 1.78).
+- Any other batch (heavy-tailed degree laws, small batches) gets what it got before: for each slack,
+  the contiguous split refined on the input layer, and `grow_groups` (greedy growing over the top
+  layer's shared neighbours in locality order: it recovers on graphs without community structure
+  what a global order cannot carry) refined first on the top layer (a cheap descent) and then, only
+  where that descent already holds fewer input nodes than the contiguous split, on the input layer.
+  Their counts are exact (each `refine_groups_many` result's count; the two unrefined candidates are
+  counted on the contiguous starts' reach build, under ``UNREFINED_CAP``).
 
 Invariant: the groups partition the given positions; each group is non-empty and keeps rank order.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -38,9 +50,11 @@ from cherry.sampling import Blocks
 
 BALANCES = ("memory", "count")
 REFINE_PASSES = 3  # measured: later passes move almost nothing
-TOP_PASSES = 5  # top-layer refinement passes (cheap: one-hop reaches)
-CANDIDATE_TOLERANCES = (0.05, 0.1, 0.2)
-UNREFINED_CAP = float("-inf")  # a refinement cap below every weight: the start is only counted  # weight slacks of the refined candidates (the winner varies with it)
+TOP_PASSES = 5  # top-layer refinement passes of the grown starts (cheap: one-hop reaches)
+LOCAL_PASSES = 2  # of the contiguous split on a batch with locality: measured, later passes move almost nothing
+CANDIDATE_TOLERANCES = (0.05, 0.1, 0.2)  # weight slacks of the refined candidates (the winner varies with it)
+LOCALITY_RATIO = 0.9  # contiguous / strided top-layer sources below this: the batch has locality
+UNREFINED_CAP = float("-inf")  # a refinement cap below every weight: the start is only counted
 
 
 def seed_costs(blocks: Blocks, model: MemoryModel) -> torch.Tensor:
@@ -92,13 +106,25 @@ def split_seeds(positions: torch.Tensor, costs: torch.Tensor, num_groups: int,
     return tuple(positions[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """The planner's candidate splits of one batch for one K (see `candidate_labels`).
+
+    ``labels`` ``[C, n]``: a group in ``[0, K)`` per entry of the seed order, the contiguous split in
+    row 0. ``inputs`` ``[C]``: each row's summed input nodes when ``exact``; otherwise (a batch with
+    locality) each row's summed *top-layer* sources, which only rank the candidates: the planner then
+    checks a candidate's exact inputs, from its slices, against the contiguous split's."""
+
+    labels: torch.Tensor
+    inputs: torch.Tensor
+    exact: bool
+
+
 def candidate_labels(blocks: Blocks, order: torch.Tensor, sizes: list[int], weights: torch.Tensor,
-                     tolerances: tuple[float, ...] = CANDIDATE_TOLERANCES) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(labels [C, n], inputs [C])``: candidate assignments (a group in ``[0, K)`` per entry of
-    ``order``) of the seeds at positions ``order`` (the contiguous split's groups concatenated, of
-    ``sizes``), the contiguous split first (see the module docstring), and each one's summed input
-    nodes. Caps: ``(1 + tolerance)`` times the heaviest contiguous group's weight (``weights``:
-    float64, by entry of ``order``)."""
+                     tolerances: tuple[float, ...] = CANDIDATE_TOLERANCES) -> Candidates:
+    """The `Candidates` of the seeds at positions ``order`` (the contiguous split's groups
+    concatenated, of ``sizes``; see the module docstring). Caps: ``(1 + tolerance)`` times the
+    heaviest contiguous group's weight (``weights``: float64, by entry of ``order``)."""
     k = len(sizes)
     if k < 2 or any(s < 1 for s in sizes) or sum(sizes) != order.numel():
         raise ValueError(f"sizes must be >= 2 positive group sizes summing to {order.numel()}, got {sizes}")
@@ -108,15 +134,28 @@ def candidate_labels(blocks: Blocks, order: torch.Tensor, sizes: list[int], weig
     contiguous = torch.cat([torch.full((s,), g, dtype=torch.int64, device=device) for g, s in enumerate(sizes)])
     heaviest = float(torch.bincount(contiguous, weights=weights, minlength=k).max())
     caps = [heaviest * (1.0 + t) for t in tolerances]
+    c = len(caps)
     layers, top = blocks.layers, blocks.layers[-1]
     ips, inds = [b.indptr for b in layers], [b.indices for b in layers]
+    num_inputs = layers[0].num_src
+    # one build of the top layer's one-hop reaches counts the contiguous and the strided split (seed i
+    # of the locality order in group i mod K: every run of neighbours the order put together broken
+    # up) and refines the contiguous split on the top layer
+    strided = torch.arange(order.numel(), device=device) % k
+    top_rows = torch.cat([torch.stack([contiguous, strided]), contiguous.expand(c, -1)])
+    top_labels, top_counts = _refine_groups_many([top.indptr], [top.indices], order, top_rows, weights, k,
+                                                 top.num_src, [UNREFINED_CAP] * 2 + caps, LOCAL_PASSES)
+    if int(top_counts[0]) < LOCALITY_RATIO * int(top_counts[1]):
+        # a batch with locality: the contiguous split refined on the top layer, ranked by its top-layer
+        # sources; growing and every input-layer reach build would cost far more than they gain here
+        return Candidates(torch.cat([contiguous.unsqueeze(0), top_labels[2:]]),
+                          torch.cat([top_counts[:1], top_counts[2:]]), exact=False)
     grown = _grow_groups(top.indptr, top.indices, order, weights, k)
-    descended, top_inputs = _refine_groups_many([top.indptr], [top.indices], order, grown.expand(len(caps), -1),
+    descended, top_inputs = _refine_groups_many([top.indptr], [top.indices], order, grown.expand(c, -1),
                                                 weights, k, top.num_src, caps, TOP_PASSES)
     best = descended[int(torch.argmin(top_inputs))]
     # one build of the input-layer reaches refines the contiguous starts and counts the two unrefined
     # labellings (a cap below every weight moves nothing), instead of two `group_shapes` calls
-    num_inputs, c = layers[0].num_src, len(caps)
     rows = torch.cat([contiguous.expand(c, -1), torch.stack([contiguous, best])])
     refined, counts = _refine_groups_many(ips, inds, order, rows, weights, k, num_inputs,
                                           caps + [UNREFINED_CAP] * 2, REFINE_PASSES)
@@ -127,4 +166,4 @@ def candidate_labels(blocks: Blocks, order: torch.Tensor, sizes: list[int], weig
         grown_labels, grown_inputs = _refine_groups_many(ips, inds, order, descended, weights, k, num_inputs,
                                                          caps, REFINE_PASSES)
         labels, inputs = torch.cat([labels, grown_labels]), torch.cat([inputs, grown_inputs])
-    return torch.cat([torch.stack([contiguous, best]), labels]), torch.cat([first, inputs])
+    return Candidates(torch.cat([torch.stack([contiguous, best]), labels]), torch.cat([first, inputs]), exact=True)

@@ -7,6 +7,8 @@
 // unassigned and its score unchanged): the pick is exactly the reference's max-score, lowest-position.
 // group_shapes: one stamp array over the input positions (stamp[u] == g: u is in group g's current
 // frontier); a group's frontier only grows downwards, so each layer's sources extend its destinations.
+// The walk is bound by the latency of random rows of the blocks: the stamps are int32 (half the
+// cache footprint) and the rows of frontier entries a few ahead are prefetched.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -17,6 +19,8 @@
 #include <vector>
 
 namespace {
+
+constexpr int64_t kAhead = 8;  // frontier entries whose rows group_shapes prefetches ahead
 
 at::Tensor grow_groups_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& order,
                            const at::Tensor& weights, int64_t num_groups) {
@@ -118,7 +122,10 @@ at::Tensor group_shapes_cpu(at::TensorList indptrs, at::TensorList indices, cons
     inds.push_back(indices[l].contiguous());
   }
   num_inputs = std::max<int64_t>(ips[0].numel() - 1, 1);
-  for (int64_t e = 0; e < inds[0].numel(); ++e) num_inputs = std::max(num_inputs, inds[0].data_ptr<int64_t>()[e] + 1);
+  {
+    const int64_t* ind0 = inds[0].data_ptr<int64_t>();  // once: data_ptr checks its tensor on every call
+    for (int64_t e = 0; e < inds[0].numel(); ++e) num_inputs = std::max(num_inputs, ind0[e] + 1);
+  }
   const at::Tensor pos_c = positions.contiguous(), grp_c = groups.contiguous();
   const int64_t* pos = pos_c.data_ptr<int64_t>();
   const int64_t* grp = grp_c.data_ptr<int64_t>();
@@ -134,25 +141,36 @@ at::Tensor group_shapes_cpu(at::TensorList indptrs, at::TensorList indices, cons
   }
   at::Tensor out = at::zeros({k, num_layers, 3}, positions.options());
   int64_t* o = out.data_ptr<int64_t>();
-  std::vector<int64_t> stamp(static_cast<size_t>(num_inputs), -1), frontier;
+  TORCH_CHECK(num_inputs < INT32_MAX && k < INT32_MAX, "group_shapes: at most 2**31 - 1 inputs and groups");
+  std::vector<int32_t> stamp(static_cast<size_t>(num_inputs), -1);
+  std::vector<int64_t> frontier;
+  frontier.reserve(static_cast<size_t>(num_inputs));
   for (int64_t g = 0; g < k; ++g) {
+    const int32_t gs = static_cast<int32_t>(g);
     frontier.clear();
     for (int64_t m = gptr[g]; m < gptr[g + 1]; ++m) {
       const int64_t p = members[m];
-      if (stamp[p] != g) stamp[p] = g, frontier.push_back(p);
+      if (stamp[p] != gs) stamp[p] = gs, frontier.push_back(p);
     }
     for (int64_t l = num_layers - 1; l >= 0; --l) {
       const int64_t* ip = ips[l].data_ptr<int64_t>();
       const int64_t* ind = inds[l].data_ptr<int64_t>();
       const int64_t num_dst = static_cast<int64_t>(frontier.size()), layer_dst = ips[l].numel() - 1;
-      int64_t edges = 0;
       for (int64_t f = 0; f < num_dst; ++f) {
         const int64_t p = frontier[f];
         TORCH_CHECK(p >= 0 && p < layer_dst, "group_shapes: node ", p, " is not a destination of layer ", l);
+      }
+      int64_t edges = 0;
+      for (int64_t f = 0; f < num_dst; ++f) {
+        // the walk is bound by the latency of random rows: fetch the rows of frontier entries ahead
+        // (their indptr entry further ahead, so its value is there when their indices are fetched)
+        if (f + 2 * kAhead < num_dst) __builtin_prefetch(ip + frontier[f + 2 * kAhead]);
+        if (f + kAhead < num_dst) __builtin_prefetch(ind + ip[frontier[f + kAhead]]);
+        const int64_t p = frontier[f];
         edges += ip[p + 1] - ip[p];
         for (int64_t e = ip[p]; e < ip[p + 1]; ++e) {
           const int64_t u = ind[e];
-          if (stamp[u] != g) stamp[u] = g, frontier.push_back(u);
+          if (stamp[u] != gs) stamp[u] = gs, frontier.push_back(u);
         }
       }
       int64_t* row = o + (g * num_layers + l) * 3;

@@ -1,7 +1,8 @@
 // CPU kernel of cherry::refine_groups (contract: cherry/ops/reference_planning.py).
 //
 // Reaches are built per seed with a stamp array over the input positions (stamp[u] == i: u is in
-// R(i) already), so each seed costs the edges of its sampled tree and nothing is sorted; the order
+// R(i) already; int32, with each position's relabelling in the same slot), so each seed costs the
+// edges of its sampled tree and nothing is sorted; the order
 // within a reach does not change any count, hence not the result. Counts live in one dense
 // [relabelled nodes x K] int16 (fewer than 2**15 seeds) or int32 array (K <= a few dozen), so a seed's gains for all K groups are one
 // pass over its reach with K-wide rows that stay in cache. Sequential by design: each move changes
@@ -23,25 +24,38 @@ namespace {
 
 // Reach entries hold nodes relabelled in order of first use (which changes no count, hence not the
 // result): seeds in locality order then touch nearby count rows, which keeps the passes in cache.
+// Entries are int32 (the input positions are checked to fit): half the bytes the passes stream.
 struct Reaches {
-  std::vector<int64_t> ptr, reach;
+  std::vector<int64_t> ptr;
+  std::vector<int32_t> reach;
   int64_t num_nodes = 0;  // distinct relabelled nodes
 };
 
-// R(i) = reach[ptr[i], ptr[i+1]) of every seed (see the contract).
+// R(i) = reach[ptr[i], ptr[i+1]) of every seed (see the contract). The walk is memory-bound (random
+// rows of the blocks and random stamps), so the stamp and the label of a position share one 8-byte
+// slot (one cache miss serves both), and each seed's entries are relabelled right after its walk,
+// while they are still in cache.
 Reaches build_reaches(at::TensorList indptrs, at::TensorList indices, const int64_t* seeds, int64_t n,
                       int64_t num_inputs) {
   const int64_t num_layers = static_cast<int64_t>(indptrs.size());
+  TORCH_CHECK(num_inputs < INT32_MAX && n < INT32_MAX, "refine_groups: at most 2**31 - 1 inputs and seeds, got ",
+              num_inputs, " and ", n);
   Reaches out;
   out.ptr.assign(static_cast<size_t>(n) + 1, 0);
-  out.reach.reserve(static_cast<size_t>(n) * 16);
-  std::vector<int64_t>& reach = out.reach;
-  std::vector<int64_t> stamp(static_cast<size_t>(num_inputs), -1), label(static_cast<size_t>(num_inputs), -1);
   std::vector<at::Tensor> ips, inds;
+  int64_t num_edges = 0;
   for (int64_t l = 0; l < num_layers; ++l) {
     ips.push_back(indptrs[l].contiguous());
     inds.push_back(indices[l].contiguous());
+    num_edges += inds[l].numel();
   }
+  // a reach is at most the seed's tree: reserving the batch's edges twice over avoids most regrowth
+  out.reach.reserve(static_cast<size_t>(n + 2 * num_edges));
+  std::vector<int32_t>& reach = out.reach;
+  struct Slot {
+    int32_t stamp = -1, label = -1;
+  };
+  std::vector<Slot> slot(static_cast<size_t>(num_inputs));
   // Bounds once per layer, so the walk below runs without checks: layer l's sources are the
   // destinations of layer l - 1 (the inputs for l = 0), and every reached node is such a source.
   for (int64_t l = 0; l < num_layers; ++l) {
@@ -55,33 +69,44 @@ Reaches build_reaches(at::TensorList indptrs, at::TensorList indices, const int6
   const int64_t num_seeds = ips[num_layers - 1].numel() - 1;
   for (int64_t i = 0; i < n; ++i)
     TORCH_CHECK(seeds[i] >= 0 && seeds[i] < num_seeds, "refine_groups: position ", seeds[i], " out of range");
+  std::vector<const int64_t*> ip_p, ind_p;  // data_ptr checks its tensor on every call: once per layer
+  for (int64_t l = 0; l < num_layers; ++l) {
+    ip_p.push_back(ips[l].data_ptr<int64_t>());
+    ind_p.push_back(inds[l].data_ptr<int64_t>());
+  }
+  int32_t next = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t start = static_cast<int64_t>(reach.size());
+    const int32_t stamp = static_cast<int32_t>(i);
     const int64_t s = seeds[i];
-    stamp[s] = i;
-    reach.push_back(s);
+    slot[s].stamp = stamp;
+    reach.push_back(static_cast<int32_t>(s));
     for (int64_t l = num_layers - 1; l >= 0; --l) {
-      const int64_t* ip = ips[l].data_ptr<int64_t>();
-      const int64_t* ind = inds[l].data_ptr<int64_t>();
+      const int64_t* ip = ip_p[l];
+      const int64_t* ind = ind_p[l];
+      // the top layer (l = num_layers - 1) expands the seed; each lower one everything reached so far
       const int64_t end = static_cast<int64_t>(reach.size());
       for (int64_t r = start; r < end; ++r) {
         const int64_t p = reach[r];
         for (int64_t e = ip[p]; e < ip[p + 1]; ++e) {
           const int64_t u = ind[e];
-          if (stamp[u] != i) {
-            stamp[u] = i;
-            reach.push_back(u);
+          if (slot[u].stamp != stamp) {
+            slot[u].stamp = stamp;
+            reach.push_back(static_cast<int32_t>(u));
           }
         }
       }
     }
-    out.ptr[i + 1] = static_cast<int64_t>(reach.size());
+    // relabel this seed's entries now (the walk read the original positions through the layers)
+    const int64_t end = static_cast<int64_t>(reach.size());
+    for (int64_t r = start; r < end; ++r) {
+      Slot& sl = slot[reach[r]];
+      if (sl.label < 0) sl.label = next++;
+      reach[r] = sl.label;
+    }
+    out.ptr[i + 1] = end;
   }
-  // relabel after the walk (the walk reads the original positions through the layers)
-  for (int64_t& u : reach) {
-    if (label[u] < 0) label[u] = out.num_nodes++;
-    u = label[u];
-  }
+  out.num_nodes = next;
   return out;
 }
 
@@ -131,7 +156,7 @@ void greedy_impl(const Reaches& rs, int64_t n, const double* w, int64_t k_runtim
                  int64_t* inputs_out) {
   const int64_t k = KC > 0 ? KC : k_runtime;
   const std::vector<int64_t>& ptr = rs.ptr;
-  const std::vector<int64_t>& reach = rs.reach;
+  const std::vector<int32_t>& reach = rs.reach;
   std::vector<int32_t> add(static_cast<size_t>(k), 0);
   std::vector<int64_t> choice(rows.size());
   auto apply = [&](State<C>& s, int64_t i, int64_t a, int64_t b) {

@@ -172,6 +172,7 @@ def test_plan_choice_keeps_memory_balance_over_fewer_inputs():
     from cherry.data.degree_laws import degree_law_graph
     from cherry.ops.planning import group_shapes
     from cherry.planning.plan import _best_plan
+    from cherry.planning.split import Candidates
 
     graph = degree_law_graph("barabasi-albert", 3000, seed=7)
     blocks = NeighborSampler(graph, [5, 10]).sample(torch.randperm(3000)[:400], torch.Generator().manual_seed(8))
@@ -187,7 +188,7 @@ def test_plan_choice_keeps_memory_balance_over_fewer_inputs():
     labels = torch.stack([contiguous, lumped])
     counts = torch.tensor([inputs(contiguous), inputs(lumped)])
     def picks(labels, counts, want):  # the plan's groups are the seeds of each label of ``want``, in order
-        groups, parts, est = _best_plan(blocks, order, labels, counts, k, mm)
+        groups, parts, est = _best_plan(blocks, order, Candidates(labels, counts, exact=True), k, mm)
         assert len(groups) == len(parts) == len(est) == k
         return all(torch.equal(got, order[want == g]) for g, got in enumerate(groups))
 
@@ -200,3 +201,88 @@ def test_plan_choice_keeps_memory_balance_over_fewer_inputs():
     counts = torch.tensor([inputs(contiguous), inputs(lumped), inputs(chosen)])
     assert counts[2] < counts[0]
     assert picks(labels, counts, chosen)
+
+
+def _clustered_graph(n: int = 1200, clusters: int = 12, seed: int = 0):
+    """A graph of dense clusters whose members are scattered over the node ids (so only an order
+    that finds the clusters, like METIS, puts neighbours together)."""
+    from cherry.data import Graph
+
+    g = torch.Generator().manual_seed(seed)
+    cluster = torch.randperm(n, generator=g) % clusters
+    members = [torch.nonzero(cluster == c).squeeze(1) for c in range(clusters)]
+    src = torch.randint(0, n, (n * 8,), generator=g)
+    pick = torch.randint(0, 1 << 30, (src.numel(),), generator=g)
+    dst = torch.stack([members[int(cluster[s])][int(p) % members[int(cluster[s])].numel()] for s, p in zip(src, pick)])
+    return Graph.from_edges(src, dst, n)
+
+
+def _candidates_of(blocks, rank, mm, k):
+    from cherry.planning.split import candidate_labels
+
+    costs = seed_costs(blocks, mm)
+    groups = split_seeds(torch.arange(blocks.num_seeds), costs, k, rank, blocks.seeds)
+    order, sizes = torch.cat(groups), [g.numel() for g in groups]
+    return order, sizes, candidate_labels(blocks, order, sizes, costs.index_select(0, order).to(torch.float64))
+
+
+def test_candidates_on_a_batch_with_locality_are_top_layer_refinements():
+    """With community structure (the contiguous split in METIS order holds far fewer top-layer sources
+    than the strided split) the candidates are the contiguous split and its top-layer refinements,
+    ranked by top-layer sources (``exact=False``); without it (Chung-Lu) they carry exact input counts.
+    Either way every candidate is a partition into K non-empty groups, the contiguous split first,
+    and the plan never holds more inputs than the contiguous split."""
+    from cherry.data.degree_laws import degree_law_graph
+
+    mm = MemoryModel.for_model(ModelSpec("sage", 8, 8, 2, 2))
+    clustered = _clustered_graph()
+    cases = [(clustered, torch.arange(0, 1200, 2), False),
+             (degree_law_graph("chung-lu", 4000, seed=3), torch.randperm(4000, generator=torch.Generator().manual_seed(2))[:600], True)]
+    for graph, seeds, exact in cases:
+        blocks = NeighborSampler(graph, [5, 5]).sample(seeds, torch.Generator().manual_seed(1))
+        rank = locality_rank(graph, "metis", nodes_per_part=50)
+        for k in (2, 4, 8):
+            order, sizes, cand = _candidates_of(blocks, rank, mm, k)
+            assert cand.exact is exact, (k, exact)
+            assert cand.labels.shape[1] == blocks.num_seeds and cand.labels.shape[0] == cand.inputs.numel() >= 2
+            contiguous = torch.repeat_interleave(torch.arange(k), torch.tensor(sizes))
+            assert torch.equal(cand.labels[0], contiguous)
+            for row in cand.labels:
+                assert int(torch.bincount(row, minlength=k).min()) >= 1
+            plain = plan_microbatches(blocks, mm, num_microbatches=k, seed_rank=rank, refine=False)
+            refined = plan_microbatches(blocks, mm, num_microbatches=k, seed_rank=rank)
+            assert refined.redundancy[0] <= plain.redundancy[0], (k, exact)
+            if not exact:  # the top-layer refinement moved seeds: fewer top-layer sources than contiguous
+                assert int(cand.inputs[1:].min()) < int(cand.inputs[0]), k
+
+
+def test_plan_checks_inexact_candidates_on_their_slices():
+    """A candidate ranked first by a count that is not its input count (``exact=False``) is taken only
+    if its slices hold fewer inputs than the contiguous split: a strided split of a batch with
+    locality (many more inputs) ranked first is refused, while the same ranking marked exact is
+    taken (every estimate fits: a model whose activations cost nothing)."""
+    from cherry.ops.planning import group_shapes
+    from cherry.planning.memory_model import LayerCost
+    from cherry.planning.plan import _best_plan
+    from cherry.planning.split import Candidates
+
+    graph = _clustered_graph()
+    blocks = NeighborSampler(graph, [5, 5]).sample(torch.arange(0, 1200, 2), torch.Generator().manual_seed(1))
+    rank = locality_rank(graph, "metis", nodes_per_part=50)
+    mm = MemoryModel(costs=(LayerCost(0.0, 0.0, 0.0), LayerCost(0.0, 0.0, 0.0)), fixed_bytes=1)
+    k = 4
+    order, sizes, _ = _candidates_of(blocks, rank, MemoryModel.for_model(ModelSpec("sage", 8, 8, 2, 2)), k)
+    contiguous = torch.repeat_interleave(torch.arange(k), torch.tensor(sizes))
+    strided = torch.arange(order.numel()) % k
+    labels, ranking = torch.stack([contiguous, strided]), torch.tensor([10, 5])
+
+    def inputs_of(exact: bool) -> int:
+        groups, parts, _ = _best_plan(blocks, order, Candidates(labels, ranking, exact), k, mm)
+        assert torch.equal(torch.sort(torch.cat(groups)).values, torch.sort(order).values)
+        return sum(p.layers[0].num_src for p in parts)
+
+    layers = blocks.layers
+    shapes = group_shapes([b.indptr for b in layers], [b.indices for b in layers], order, contiguous, k)
+    contiguous_inputs = int(shapes[:, 0, 0].sum())
+    assert inputs_of(exact=True) > contiguous_inputs  # the premise: strided holds more inputs, yet fits
+    assert inputs_of(exact=False) == contiguous_inputs
