@@ -1,0 +1,1 @@
+#include "/work/main/csrc/cpu/csr_aggregate.cpp"

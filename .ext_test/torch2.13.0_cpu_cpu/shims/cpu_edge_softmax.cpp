@@ -1,0 +1,1 @@
+#include "/work/main/csrc/cpu/edge_softmax.cpp"

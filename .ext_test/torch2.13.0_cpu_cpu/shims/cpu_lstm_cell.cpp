@@ -1,0 +1,1 @@
+#include "/work/main/csrc/cpu/lstm_cell.cpp"

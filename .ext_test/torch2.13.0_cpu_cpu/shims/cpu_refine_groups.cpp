@@ -1,0 +1,1 @@
+#include "/work/main/csrc/cpu/refine_groups.cpp"

@@ -1,0 +1,1 @@
+#include "/work/main/csrc/cpu/sample_neighbors.cpp"

@@ -1,0 +1,1 @@
+#include "/work/main/csrc/cpu/slice_blocks.cpp"

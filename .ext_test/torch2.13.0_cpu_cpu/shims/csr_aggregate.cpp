@@ -1,0 +1,1 @@
+#include "/work/main/csrc/csr_aggregate.cpp"

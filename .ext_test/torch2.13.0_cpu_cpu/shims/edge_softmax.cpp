@@ -1,0 +1,1 @@
+#include "/work/main/csrc/edge_softmax.cpp"

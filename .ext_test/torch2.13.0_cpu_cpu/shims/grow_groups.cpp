@@ -1,0 +1,1 @@
+#include "/work/main/csrc/grow_groups.cpp"

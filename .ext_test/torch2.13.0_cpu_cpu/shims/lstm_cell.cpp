@@ -1,0 +1,1 @@
+#include "/work/main/csrc/lstm_cell.cpp"

@@ -1,0 +1,1 @@
+#include "/work/main/csrc/refine_groups.cpp"

@@ -1,0 +1,1 @@
+#include "/work/main/csrc/sample_neighbors.cpp"

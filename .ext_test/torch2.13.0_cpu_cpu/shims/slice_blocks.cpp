@@ -1,0 +1,1 @@
+#include "/work/main/csrc/slice_blocks.cpp"
