@@ -1,6 +1,6 @@
 # Cherry benchmark workflow: datasets -> one process per run -> records -> table -> figures -> summary.
 #
-#   snakemake --cores all                                   default: CPU, generated data (~12 min)
+#   snakemake --cores all                                   default: CPU, generated data (~14 min on 2 cores)
 #   snakemake --cores all --configfile config/paper.yaml --profile workflow/profiles/gpu
 #   snakemake --report results/report.html                  HTML report of the figures
 #
