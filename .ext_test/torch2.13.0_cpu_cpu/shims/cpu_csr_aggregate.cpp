@@ -1,1 +1,0 @@
-#include "/work/main/csrc/cpu/csr_aggregate.cpp"

@@ -1,1 +1,0 @@
-#include "/work/main/csrc/cpu/edge_softmax.cpp"

@@ -1,1 +1,0 @@
-#include "/work/main/csrc/cpu/grow_groups.cpp"

@@ -1,1 +1,0 @@
-#include "/work/main/csrc/cpu/sample_neighbors.cpp"

@@ -1,1 +1,0 @@
-#include "/work/main/csrc/cpu/slice_blocks.cpp"

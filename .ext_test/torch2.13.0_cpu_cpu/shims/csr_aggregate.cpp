@@ -1,1 +1,0 @@
-#include "/work/main/csrc/csr_aggregate.cpp"

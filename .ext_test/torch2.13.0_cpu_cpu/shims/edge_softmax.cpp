@@ -1,1 +1,0 @@
-#include "/work/main/csrc/edge_softmax.cpp"

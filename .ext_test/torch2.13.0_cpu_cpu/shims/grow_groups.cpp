@@ -1,1 +1,0 @@
-#include "/work/main/csrc/grow_groups.cpp"

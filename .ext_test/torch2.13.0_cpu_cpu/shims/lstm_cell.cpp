@@ -1,1 +1,0 @@
-#include "/work/main/csrc/lstm_cell.cpp"

@@ -1,1 +1,0 @@
-#include "/work/main/csrc/refine_groups.cpp"

@@ -1,1 +1,0 @@
-#include "/work/main/csrc/sample_neighbors.cpp"

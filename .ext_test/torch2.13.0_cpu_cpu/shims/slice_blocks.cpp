@@ -1,1 +1,0 @@
-#include "/work/main/csrc/slice_blocks.cpp"
