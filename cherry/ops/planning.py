@@ -1,6 +1,7 @@
 """Public planning ops (contract: `cherry.ops.reference_planning`): `refine_groups` lowers a split's
 input-layer redundancy by moving seeds between groups; `grow_groups` grows groups over the top layer's
-shared neighbours; `group_shapes` counts each group's micro-batch without slicing it.
+shared neighbours; `group_shapes` counts each group's micro-batch without slicing it, and
+`group_shapes_many` does so for several labellings at once.
 
 Each validates its inputs, then runs ``torch.ops.cherry.<op>`` when the native extension is in use
 and the pure-PyTorch reference otherwise (both return the same result). The underscored variants
@@ -178,3 +179,30 @@ def _group_shapes(indptrs: list[torch.Tensor], indices: list[torch.Tensor], posi
     if positions.device.type in ("cpu", "cuda") and extension_available():
         return torch.ops.cherry.group_shapes(indptrs, indices, positions, groups, num_groups)
     return ref.group_shapes(indptrs, indices, positions, groups, num_groups)
+
+
+def group_shapes_many(indptrs: Sequence[torch.Tensor], indices: Sequence[torch.Tensor], positions: torch.Tensor,
+                      groups: torch.Tensor, num_groups: int, num_inputs: int) -> torch.Tensor:
+    """``[C, num_groups, L, 3]`` int64: `group_shapes` of every row of ``groups`` (``[C, n]``, a group
+    in ``[0, num_groups)`` per position), in one walk of the batch's edges (for ``num_groups <= 64``);
+    ``num_inputs``: the input layer's source count."""
+    check_index_vector("positions", positions)
+    device = positions.device
+    num_seeds = _check_layers(indptrs, indices, device)
+    check_positions("positions", positions, num_seeds)
+    _check_int("num_groups", num_groups, 1)
+    _check_int("num_inputs", num_inputs, 1)
+    if indptrs[0].numel() - 1 > num_inputs or (indices[0].numel() and int(indices[0].max()) >= num_inputs):
+        raise ValueError(f"num_inputs ({num_inputs}) must exceed every input-layer position")
+    if not isinstance(groups, torch.Tensor) or groups.dim() != 2 or groups.shape[0] < 1:
+        raise ValueError(f"groups must be a [C, {positions.numel()}] tensor with C >= 1")
+    for row in groups:
+        _check_groups(row, positions.numel(), num_groups, device)
+    return _group_shapes_many(list(indptrs), list(indices), positions, groups, num_groups, num_inputs)
+
+
+def _group_shapes_many(indptrs: list[torch.Tensor], indices: list[torch.Tensor], positions: torch.Tensor,
+                       groups: torch.Tensor, num_groups: int, num_inputs: int) -> torch.Tensor:
+    if positions.device.type in ("cpu", "cuda") and extension_available():
+        return torch.ops.cherry.group_shapes_many(indptrs, indices, positions, groups, num_groups, num_inputs)
+    return ref.group_shapes_many(indptrs, indices, positions, groups, num_groups, num_inputs)

@@ -30,7 +30,9 @@ Every group is non-empty. Cost: the holders of the sources each group covers, at
 top block's edges, and a heap of the scored seeds.
 
 `group_shapes`: for each group, per layer (input layer first), ``(num_src, num_dst, num_edges)`` of the
-micro-batch `slice_blocks` would build from its seeds, counted without building it.
+micro-batch `slice_blocks` would build from its seeds, counted without building it. `group_shapes_many`:
+the same for every row of a ``[C, n]`` labelling, ``[C, K, L, 3]`` (the CPU kernel walks the batch's
+edges once for all rows, propagating each node's set of groups as a bit mask).
 
 `refine_groups_many` refines each row of a ``[C, n]`` start under its own cap on one build of the
 reaches (each row exactly as `refine_groups` would) and also returns each result's objective
@@ -201,3 +203,10 @@ def group_shapes(indptrs: list[torch.Tensor], indices: list[torch.Tensor], posit
         owner, node = keys // num_nodes, keys % num_nodes
         out[:, l, 0] = torch.bincount(owner, minlength=k)
     return out
+
+
+def group_shapes_many(indptrs: list[torch.Tensor], indices: list[torch.Tensor], positions: torch.Tensor,
+                      groups: torch.Tensor, num_groups: int, num_inputs: int) -> torch.Tensor:
+    """``[C, K, L, 3]`` int64: `group_shapes` of every row of ``groups`` (``[C, n]``); positions lie in
+    ``[0, num_inputs)``."""
+    return torch.stack([group_shapes(indptrs, indices, positions, row, num_groups) for row in groups])

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import torch
+
 from cherry.models.spec import AUTO_LSTM_IMPL, LSTM_IMPLS, resolve_lstm_impl
 from cherry.planning.shapes import BatchShape
 
@@ -134,6 +136,19 @@ class MemoryModel:
 
     def estimate_bytes(self, shape: BatchShape) -> int:
         return int(math.ceil(self.fixed_bytes + self.scale * self.activation_bytes(shape)))
+
+    def estimate_bytes_many(self, shapes: torch.Tensor) -> torch.Tensor:
+        """`estimate_bytes` of every shape of ``shapes`` (``[..., L, 3]`` counts ``(num_src, num_dst,
+        num_edges)`` per layer, input layer first, as `cherry.ops.group_shapes` gives them), ``[...]``
+        int64 on the host: the same float64 operations in the same order, so equal value for value."""
+        if shapes.dim() < 2 or shapes.shape[-2:] != (len(self.costs), 3):
+            raise ValueError(f"shapes must be [..., {len(self.costs)}, 3] (one row per layer), got {tuple(shapes.shape)}")
+        counts = shapes.detach().to("cpu", torch.float64)
+        floats = 0
+        for l, c in enumerate(self.costs):  # left to right, as activation_bytes sums its generator
+            s = counts[..., l, :]
+            floats = floats + (c.per_src * s[..., 0] + c.per_dst * s[..., 1] + c.per_edge * s[..., 2])
+        return torch.ceil(self.fixed_bytes + self.scale * (floats * FLOAT_BYTES)).to(torch.int64)
 
     def observe(self, shape: BatchShape, measured_peak_bytes: int) -> None:
         """Record a measured peak for ``shape`` and recalibrate the scale."""

@@ -38,9 +38,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 import torch
 
-from cherry.ops.planning import _group_shapes
+from cherry.ops.planning import _group_shapes_many
 from cherry.planning.memory_model import MemoryModel
 from cherry.planning.shapes import BatchShape, LayerShape
 from cherry.planning.split import Candidates, candidate_labels, seed_costs, split_seeds
@@ -57,34 +58,31 @@ def _sliced(blocks: Blocks, groups, memory_model: MemoryModel):
 
 def _best_plan(blocks: Blocks, order: torch.Tensor, candidates: Candidates, k: int, memory_model: MemoryModel):
     """`_sliced` of the candidate (rows of ``candidates.labels``, the contiguous split first) with the
-    fewest inputs and a largest estimate within ``MAX_GROWTH`` of the contiguous split's. Candidates
-    are tried in order of ``candidates.inputs``, each sliced (usually the first fits, and its slices
-    are the plan's); where those are not exact input counts, a candidate is taken only if its slices
-    hold fewer inputs than the contiguous split. The contiguous split's estimate and inputs come from
-    `group_shapes` (the same counts as its slices), so it is sliced only when it is chosen."""
+    fewest input nodes whose largest estimate is within ``MAX_GROWTH`` of the contiguous split's, or
+    the contiguous split if none holds fewer inputs than it. Only rows that ``candidates.inputs``
+    ranks below the contiguous split are considered; their exact shapes (and so their inputs and
+    estimates, the same counts as their slices) come from one `group_shapes_many` walk, so only the
+    chosen row is sliced. Ties go to the lowest row."""
     layers = blocks.layers
     ips, inds = [b.indptr for b in layers], [b.indices for b in layers]
-    labels = candidates.labels
+    labels, ranking = candidates.labels, candidates.inputs.tolist()
+    rows = [0] + [c for c in range(1, len(ranking)) if ranking[c] < ranking[0]]
+    shapes = _group_shapes_many(ips, inds, order, labels[rows], k, layers[0].num_src)  # [rows, K, L, 3]
+    inputs = shapes[:, :, 0, 0].sum(1).tolist()
+    largest = memory_model.estimate_bytes_many(shapes).max(1).values.tolist()
+    limit = largest[0] * (1 + MAX_GROWTH)
+    best = min(range(len(rows)), key=lambda r: (inputs[r] if r == 0 or largest[r] <= limit else math.inf, r))
+    return _sliced(blocks, _groups_of(labels[rows[best]], order, k), memory_model)
 
-    def sliced(row: torch.Tensor):
-        perm = torch.argsort(row, stable=True)  # stable: each group keeps the locality order
-        chosen = torch.split(order.index_select(0, perm), torch.bincount(row, minlength=k).tolist())
-        return _sliced(blocks, chosen, memory_model)
 
-    shapes = _group_shapes(ips, inds, order, labels[0], k)
-    contiguous_inputs = int(shapes[:, 0, 0].sum())
-    limit = max(memory_model.estimate_bytes(BatchShape(tuple(LayerShape(*c) for c in group)))
-                for group in shapes.tolist())
-    limit *= 1 + MAX_GROWTH
-    first = candidates.inputs.tolist()
-    for c in sorted(range(1, len(first)), key=lambda c: (first[c], c)):
-        if first[c] >= first[0]:
-            break
-        plan = sliced(labels[c])
-        if max(plan[2]) <= limit and (candidates.exact or sum(p.layers[0].num_src for p in plan[1]) < contiguous_inputs):
-            return plan
-        del plan  # a refused candidate's slices must not stay allocated while the next one is sliced
-    return sliced(labels[0])
+def _groups_of(row: torch.Tensor, order: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+    """The K groups of ``order`` that ``row`` labels, each in the order's order (a stable sort by
+    label; on the host by numpy's radix sort of 16-bit keys, about 10x faster than torch's sort)."""
+    if row.device.type == "cpu" and k <= np.iinfo(np.int16).max:
+        perm = torch.from_numpy(np.argsort(row.numpy().astype(np.int16), kind="stable"))
+    else:
+        perm = torch.argsort(row, stable=True)
+    return torch.split(order.index_select(0, perm), torch.bincount(row, minlength=k).tolist())
 
 
 class BudgetTooSmallError(ValueError):

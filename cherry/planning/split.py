@@ -93,16 +93,11 @@ def split_seeds(positions: torch.Tensor, costs: torch.Tensor, num_groups: int,
         weights = costs[positions].to(torch.float64).cpu()  # the cuts are found on the host
     cum = torch.cumsum(weights, 0)
     targets = cum[-1] * torch.arange(1, num_groups, dtype=torch.float64) / num_groups
-    cuts = torch.searchsorted(cum, targets, right=True)
-    # every group non-empty: cut j lies in [j, n - (num_groups - j)]
-    j = torch.arange(1, num_groups)
-    cuts = torch.maximum(cuts, j)
-    cuts = torch.minimum(cuts, n - num_groups + j)
-    cuts = torch.cummax(cuts, 0).values
-    for i in range(1, cuts.numel()):  # strictly increasing after clamping
-        if cuts[i] <= cuts[i - 1]:
-            cuts[i] = cuts[i - 1] + 1
-    bounds = [0] + cuts.tolist() + [n]
+    bounds = [0]
+    for j, cut in enumerate(torch.searchsorted(cum, targets, right=True).tolist(), start=1):
+        # every group non-empty: cut j lies in [j, n - (num_groups - j)], strictly above cut j - 1
+        bounds.append(min(max(cut, j, bounds[-1] + 1), n - num_groups + j))
+    bounds.append(n)
     return tuple(positions[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
 
 

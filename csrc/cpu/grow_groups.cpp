@@ -1,14 +1,10 @@
-// CPU kernels of cherry::grow_groups and cherry::group_shapes (contract: cherry/ops/reference_planning.py).
+// CPU kernel of cherry::grow_groups (contract: cherry/ops/reference_planning.py; group_shapes: group_shapes.cpp).
 //
 // grow_groups: the holders of each top-layer source (the seeds whose one-hop reach holds it) are an
 // inverted index built by a counting sort, so a group's growth costs the holders of the sources it
 // covers; over all groups that is at most K times the top layer's edges. The frontier is a binary
 // heap of packed (score, -order position) keys with lazy deletion (an entry is live while its seed is
 // unassigned and its score unchanged): the pick is exactly the reference's max-score, lowest-position.
-// group_shapes: one stamp array over the input positions (stamp[u] == g: u is in group g's current
-// frontier); a group's frontier only grows downwards, so each layer's sources extend its destinations.
-// The walk is bound by the latency of random rows of the blocks: the stamps are int32 (half the
-// cache footprint) and the rows of frontier entries a few ahead are prefetched.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -19,8 +15,6 @@
 #include <vector>
 
 namespace {
-
-constexpr int64_t kAhead = 8;  // frontier entries whose rows group_shapes prefetches ahead
 
 at::Tensor grow_groups_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& order,
                            const at::Tensor& weights, int64_t num_groups) {
@@ -109,82 +103,8 @@ at::Tensor grow_groups_cpu(const at::Tensor& indptr, const at::Tensor& indices, 
   return out;
 }
 
-at::Tensor group_shapes_cpu(at::TensorList indptrs, at::TensorList indices, const at::Tensor& positions,
-                            const at::Tensor& groups, int64_t num_groups) {
-  TORCH_CHECK(indptrs.size() == indices.size() && !indptrs.empty(), "group_shapes: one indptr and indices per layer");
-  const int64_t num_layers = static_cast<int64_t>(indptrs.size());
-  const int64_t n = positions.numel();
-  const int64_t k = num_groups;
-  std::vector<at::Tensor> ips, inds;
-  int64_t num_inputs = 1;
-  for (int64_t l = 0; l < num_layers; ++l) {
-    ips.push_back(indptrs[l].contiguous());
-    inds.push_back(indices[l].contiguous());
-  }
-  num_inputs = std::max<int64_t>(ips[0].numel() - 1, 1);
-  {
-    const int64_t* ind0 = inds[0].data_ptr<int64_t>();  // once: data_ptr checks its tensor on every call
-    for (int64_t e = 0; e < inds[0].numel(); ++e) num_inputs = std::max(num_inputs, ind0[e] + 1);
-  }
-  const at::Tensor pos_c = positions.contiguous(), grp_c = groups.contiguous();
-  const int64_t* pos = pos_c.data_ptr<int64_t>();
-  const int64_t* grp = grp_c.data_ptr<int64_t>();
-  std::vector<int64_t> gptr(static_cast<size_t>(k) + 1, 0), members(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    TORCH_CHECK(grp[i] >= 0 && grp[i] < k, "group_shapes: group ", grp[i], " out of range");
-    gptr[grp[i] + 1] += 1;
-  }
-  for (int64_t g = 0; g < k; ++g) gptr[g + 1] += gptr[g];
-  {
-    std::vector<int64_t> fill(gptr.begin(), gptr.end() - 1);
-    for (int64_t i = 0; i < n; ++i) members[fill[grp[i]]++] = pos[i];
-  }
-  at::Tensor out = at::zeros({k, num_layers, 3}, positions.options());
-  int64_t* o = out.data_ptr<int64_t>();
-  TORCH_CHECK(num_inputs < INT32_MAX && k < INT32_MAX, "group_shapes: at most 2**31 - 1 inputs and groups");
-  std::vector<int32_t> stamp(static_cast<size_t>(num_inputs), -1);
-  std::vector<int64_t> frontier;
-  frontier.reserve(static_cast<size_t>(num_inputs));
-  for (int64_t g = 0; g < k; ++g) {
-    const int32_t gs = static_cast<int32_t>(g);
-    frontier.clear();
-    for (int64_t m = gptr[g]; m < gptr[g + 1]; ++m) {
-      const int64_t p = members[m];
-      if (stamp[p] != gs) stamp[p] = gs, frontier.push_back(p);
-    }
-    for (int64_t l = num_layers - 1; l >= 0; --l) {
-      const int64_t* ip = ips[l].data_ptr<int64_t>();
-      const int64_t* ind = inds[l].data_ptr<int64_t>();
-      const int64_t num_dst = static_cast<int64_t>(frontier.size()), layer_dst = ips[l].numel() - 1;
-      for (int64_t f = 0; f < num_dst; ++f) {
-        const int64_t p = frontier[f];
-        TORCH_CHECK(p >= 0 && p < layer_dst, "group_shapes: node ", p, " is not a destination of layer ", l);
-      }
-      int64_t edges = 0;
-      for (int64_t f = 0; f < num_dst; ++f) {
-        // the walk is bound by the latency of random rows: fetch the rows of frontier entries ahead
-        // (their indptr entry further ahead, so its value is there when their indices are fetched)
-        if (f + 2 * kAhead < num_dst) __builtin_prefetch(ip + frontier[f + 2 * kAhead]);
-        if (f + kAhead < num_dst) __builtin_prefetch(ind + ip[frontier[f + kAhead]]);
-        const int64_t p = frontier[f];
-        edges += ip[p + 1] - ip[p];
-        for (int64_t e = ip[p]; e < ip[p + 1]; ++e) {
-          const int64_t u = ind[e];
-          if (stamp[u] != gs) stamp[u] = gs, frontier.push_back(u);
-        }
-      }
-      int64_t* row = o + (g * num_layers + l) * 3;
-      row[0] = static_cast<int64_t>(frontier.size());
-      row[1] = num_dst;
-      row[2] = edges;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(cherry, CPU, m) {
   m.impl("grow_groups", &grow_groups_cpu);
-  m.impl("group_shapes", &group_shapes_cpu);
 }

@@ -71,6 +71,14 @@ void emit(const int64_t* __restrict from, int64_t n, int64_t* __restrict pos, co
   }
 }
 
+constexpr int64_t kAhead = 8;  // destinations whose rows slice_group prefetches ahead
+
+// Out of line, so that the edge loop keeps the index in a register (a check's message would take
+// its address, a store per edge).
+[[gnu::cold, gnu::noinline]] void out_of_range(int64_t p, int64_t num_parent_src) {
+  TORCH_CHECK(false, "slice_layer: parent index ", p, " out of range [0, ", num_parent_src, ")");
+}
+
 // Slices the destinations dp[0, n) of one group (its indptr is already written): writes the local
 // indices of its edges to `si` and its sources to `src_out`; returns the number of sources. `local`
 // is all -1 on entry and on exit, also when a check throws.
@@ -87,12 +95,15 @@ int64_t slice_group(const int64_t* __restrict ip, const int64_t* __restrict ind,
       src_out[count++] = d;
     }
     for (int64_t i = 0; i < n; ++i) {
+      // the walk is bound by the latency of the destinations' random rows: fetch the rows a few
+      // destinations ahead (their indptr entries further ahead, so they are there to find the rows)
+      if (i + 2 * kAhead < n) __builtin_prefetch(ip + dp[i + 2 * kAhead]);
+      if (i + kAhead < n) __builtin_prefetch(ind + ip[dp[i + kAhead]]);
       const int64_t d = dp[i];
       const int64_t end = ip[d + 1];
       for (int64_t e = ip[d]; e < end; ++e) {
         const int64_t p = ind[e];
-        TORCH_CHECK(static_cast<uint64_t>(p) < static_cast<uint64_t>(num_parent_src), "slice_layer: parent index ",
-                    p, " out of range [0, ", num_parent_src, ")");
+        if (static_cast<uint64_t>(p) >= static_cast<uint64_t>(num_parent_src)) out_of_range(p, num_parent_src);
         // Branch-free: whether a source is new is data-dependent and unpredictable (most are new in
         // an input layer), so compilers' branches mispredict. `neg` is all ones for an unseen source
         // (-1 in the map); the speculative src_out[count] write needs one spare slot (see `bound`).

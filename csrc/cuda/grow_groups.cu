@@ -1,4 +1,5 @@
-// CUDA kernels of cherry::grow_groups and cherry::group_shapes (contract: cherry/ops/reference_planning.py).
+// CUDA kernels of cherry::grow_groups, cherry::group_shapes and cherry::group_shapes_many (contract:
+// cherry/ops/reference_planning.py).
 //
 // grow_groups: the one-hop reaches and their holders (the inverted index) are built with ATen ops on
 // (seed, source) keys made unique and sorted; the order within a reach or a holder list changes no
@@ -6,7 +7,8 @@
 // one's scores), so one thread runs it with a binary heap in global memory of packed (score,
 // -position) keys and lazy deletion, as the CPU kernel does: the result is the CPU's.
 // group_shapes: per layer, (group, node) keys made unique give each group's frontier; counts are
-// bincounts over the groups (integer sums, exact).
+// bincounts over the groups (integer sums, exact); group_shapes_many stacks it per row, with the input
+// count the caller passes in (group_shapes reads back the input layer's highest index instead).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_unique2.h>
 #include <ATen/ops/arange.h>
@@ -150,15 +152,11 @@ at::Tensor grow_groups_cuda(const at::Tensor& indptr, const at::Tensor& indices,
   return label;
 }
 
-at::Tensor group_shapes_cuda(at::TensorList indptrs, at::TensorList indices, const at::Tensor& positions,
-                             const at::Tensor& groups, int64_t num_groups) {
-  TORCH_CHECK(indptrs.size() == indices.size() && !indptrs.empty(), "group_shapes: one indptr and indices per layer");
-  const c10::cuda::CUDAGuard guard(positions.device());
+// One labelling's shapes when the positions lie in [0, num_inputs).
+at::Tensor shapes_cuda(at::TensorList indptrs, at::TensorList indices, const at::Tensor& positions,
+                       const at::Tensor& groups, int64_t num_groups, int64_t num_inputs) {
   const int64_t num_layers = static_cast<int64_t>(indptrs.size());
   const int64_t k = num_groups;
-  const at::Tensor ip0 = indptrs[0].contiguous(), ind0 = indices[0].contiguous();
-  const int64_t num_inputs =
-      std::max<int64_t>({ip0.numel() - 1, ind0.numel() ? ind0.max().item<int64_t>() + 1 : 0, int64_t{1}});
   const at::Tensor keys = std::get<0>(at::_unique2(groups.contiguous().mul(num_inputs).add(positions.contiguous()),
                                                    /*sorted=*/true, false, false));
   at::Tensor owner = keys.div(num_inputs, "floor"), node = keys.remainder(num_inputs);
@@ -175,9 +173,32 @@ at::Tensor group_shapes_cuda(at::TensorList indptrs, at::TensorList indices, con
   return at::stack(rows, 1);
 }
 
+at::Tensor group_shapes_cuda(at::TensorList indptrs, at::TensorList indices, const at::Tensor& positions,
+                             const at::Tensor& groups, int64_t num_groups) {
+  TORCH_CHECK(indptrs.size() == indices.size() && !indptrs.empty(), "group_shapes: one indptr and indices per layer");
+  const c10::cuda::CUDAGuard guard(positions.device());
+  const at::Tensor ip0 = indptrs[0].contiguous(), ind0 = indices[0].contiguous();
+  const int64_t num_inputs =
+      std::max<int64_t>({ip0.numel() - 1, ind0.numel() ? ind0.max().item<int64_t>() + 1 : 0, int64_t{1}});
+  return shapes_cuda(indptrs, indices, positions, groups, num_groups, num_inputs);
+}
+
+at::Tensor group_shapes_many_cuda(at::TensorList indptrs, at::TensorList indices, const at::Tensor& positions,
+                                  const at::Tensor& groups, int64_t num_groups, int64_t num_inputs) {
+  TORCH_CHECK(groups.dim() == 2, "group_shapes_many: groups must be [C, n]");
+  TORCH_CHECK(indptrs.size() == indices.size() && !indptrs.empty(), "group_shapes: one indptr and indices per layer");
+  const c10::cuda::CUDAGuard guard(positions.device());
+  std::vector<at::Tensor> rows;
+  for (int64_t c = 0; c < groups.size(0); ++c) {
+    rows.push_back(shapes_cuda(indptrs, indices, positions, groups.select(0, c), num_groups, num_inputs));
+  }
+  return at::stack(rows, 0);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(cherry, CUDA, m) {
   m.impl("grow_groups", &grow_groups_cuda);
   m.impl("group_shapes", &group_shapes_cuda);
+  m.impl("group_shapes_many", &group_shapes_many_cuda);
 }

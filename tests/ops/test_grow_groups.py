@@ -1,5 +1,6 @@
-"""`grow_groups` and `group_shapes`: native equals the reference, groups partition the seeds and are
-non-empty and weight-balanced, shapes equal the sliced micro-batches', and bad input is refused."""
+"""`grow_groups`, `group_shapes` and `group_shapes_many`: native equals the reference, groups partition
+the seeds and are non-empty and weight-balanced, shapes equal the sliced micro-batches', and bad input
+is refused."""
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ import torch
 from cherry.data.degree_laws import degree_law_graph
 from cherry.ops import extension_available, extension_status
 from cherry.ops import reference_planning as ref
-from cherry.ops.planning import grow_groups, group_shapes
+from cherry.ops.planning import grow_groups, group_shapes, group_shapes_many
 from cherry.sampling import NeighborSampler, slice_blocks_many
 
 DEVICES = [
@@ -92,6 +93,38 @@ def test_group_shapes_equal_sliced_and_reference(blocks, device, k):
     assert torch.equal(ref.group_shapes(*cpu_args), want)
 
 
+def _sliced_shapes(blocks, positions, groups, k):
+    """[K, L, 3] counts of each group's slices (zeros for an empty group)."""
+    held = [g for g in range(k) if bool((groups == g).any())]
+    parts = dict(zip(held, slice_blocks_many(blocks, [positions[groups == g] for g in held])))
+    return torch.tensor([[[b.num_src, b.num_dst, b.num_edges] for b in parts[g].layers] if g in parts
+                         else [[0, 0, 0]] * len(blocks.layers) for g in range(k)])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("k", [1, 3, 8, 9, 16, 21, 33, 64, 65, 130])
+def test_group_shapes_many_equal_every_row_sliced(device, k):
+    """Every row of a [C, n] labelling counts what its slices hold, for K in every mask width of the
+    CPU kernel (several labellings per 8-, 16-, 32- and 64-bit word, one per pass, and the stamp walk
+    above 64 groups), on three layers, with a group left empty and positions a subset of the seeds."""
+    graph = degree_law_graph("barabasi-albert", 2000, seed=5)
+    gen = torch.Generator().manual_seed(k)
+    blocks = NeighborSampler(graph, [3, 4, 5]).sample(torch.randperm(2000, generator=gen)[:300], gen)
+    positions = torch.randperm(blocks.num_seeds, generator=gen)[:-7]
+    rows = torch.randint(0, k, (5, positions.numel()), generator=gen)
+    rows[:, :k] = torch.arange(k)[: positions.numel()]
+    if k > 1:
+        rows[1][rows[1] == k - 1] = 0  # group k - 1 empty in row 1
+    want = torch.stack([_sliced_shapes(blocks, positions, row, k) for row in rows])
+    layers = blocks.layers
+    args = ([b.indptr.to(device) for b in layers], [b.indices.to(device) for b in layers], positions.to(device),
+            rows.to(device), k, layers[0].num_src)
+    assert torch.equal(group_shapes_many(*args).cpu(), want)
+    cpu_args = ([b.indptr for b in layers], [b.indices for b in layers], positions, rows, k, layers[0].num_src)
+    assert torch.equal(ref.group_shapes_many(*cpu_args), want)
+    assert torch.equal(group_shapes(*cpu_args[:3], rows[0], k), want[0])
+
+
 def test_bad_input_is_refused(blocks):
     indptr, indices, order, weights, _ = _grow_args(blocks, 2)
     with pytest.raises(ValueError, match="num_groups"):
@@ -108,3 +141,10 @@ def test_bad_input_is_refused(blocks):
         group_shapes(ips, inds, order, torch.full_like(order, 3), 2)
     with pytest.raises(ValueError, match="one entry per position"):
         group_shapes(ips, inds, order, order[:-1] * 0, 2)
+    num_inputs = layers[0].num_src
+    with pytest.raises(ValueError, match="num_inputs"):
+        group_shapes_many(ips, inds, order, (order * 0).unsqueeze(0), 2, num_inputs - 1)
+    with pytest.raises(ValueError, match=r"\[C, "):
+        group_shapes_many(ips, inds, order, order * 0, 2, num_inputs)
+    with pytest.raises(ValueError, match="groups must lie"):
+        group_shapes_many(ips, inds, order, torch.stack([order * 0, torch.full_like(order, 2)]), 2, num_inputs)

@@ -256,11 +256,13 @@ def test_candidates_on_a_batch_with_locality_are_top_layer_refinements():
                 assert int(cand.inputs[1:].min()) < int(cand.inputs[0]), k
 
 
-def test_plan_checks_inexact_candidates_on_their_slices():
-    """A candidate ranked first by a count that is not its input count (``exact=False``) is taken only
-    if its slices hold fewer inputs than the contiguous split: a strided split of a batch with
-    locality (many more inputs) ranked first is refused, while the same ranking marked exact is
-    taken (every estimate fits: a model whose activations cost nothing)."""
+def test_plan_judges_candidates_by_their_exact_inputs_not_their_ranking():
+    """`_best_plan` takes a candidate by its exact input count (from `group_shapes_many`), whatever
+    ``Candidates.inputs`` ranked it by: a strided split of a batch with locality (many more inputs)
+    ranked first is refused, exact or not, and of two candidates that both hold fewer inputs than the
+    contiguous split the one with fewer inputs is taken even when ranked second. ``inputs`` only
+    prunes: a row ranked at or above the contiguous split is not considered (every estimate fits
+    here: a model whose activations cost nothing)."""
     from cherry.ops.planning import group_shapes
     from cherry.planning.memory_model import LayerCost
     from cherry.planning.plan import _best_plan
@@ -270,19 +272,24 @@ def test_plan_checks_inexact_candidates_on_their_slices():
     blocks = NeighborSampler(graph, [5, 5]).sample(torch.arange(0, 1200, 2), torch.Generator().manual_seed(1))
     rank = locality_rank(graph, "metis", nodes_per_part=50)
     mm = MemoryModel(costs=(LayerCost(0.0, 0.0, 0.0), LayerCost(0.0, 0.0, 0.0)), fixed_bytes=1)
-    k = 4
-    order, sizes, _ = _candidates_of(blocks, rank, MemoryModel.for_model(ModelSpec("sage", 8, 8, 2, 2)), k)
+    k = 8
+    order, sizes, cand = _candidates_of(blocks, rank, MemoryModel.for_model(ModelSpec("sage", 8, 8, 2, 2)), k)
+    assert not cand.exact  # the premise: a batch with locality, ranked by top-layer sources
     contiguous = torch.repeat_interleave(torch.arange(k), torch.tensor(sizes))
     strided = torch.arange(order.numel()) % k
-    labels, ranking = torch.stack([contiguous, strided]), torch.tensor([10, 5])
+    layers = blocks.layers
+    ips, inds = [b.indptr for b in layers], [b.indices for b in layers]
+    inputs = lambda lab: int(group_shapes(ips, inds, order, lab, k)[:, 0, 0].sum())  # noqa: E731
+    refined = sorted(cand.labels[1:], key=inputs)
+    best, worse = refined[0], refined[-1]
+    assert inputs(best) < inputs(worse) < inputs(contiguous) < inputs(strided)  # the premise
 
-    def inputs_of(exact: bool) -> int:
-        groups, parts, _ = _best_plan(blocks, order, Candidates(labels, ranking, exact), k, mm)
+    def inputs_of(labels, ranking, exact: bool) -> int:
+        groups, parts, _ = _best_plan(blocks, order, Candidates(torch.stack(labels), torch.tensor(ranking), exact), k, mm)
         assert torch.equal(torch.sort(torch.cat(groups)).values, torch.sort(order).values)
         return sum(p.layers[0].num_src for p in parts)
 
-    layers = blocks.layers
-    shapes = group_shapes([b.indptr for b in layers], [b.indices for b in layers], order, contiguous, k)
-    contiguous_inputs = int(shapes[:, 0, 0].sum())
-    assert inputs_of(exact=True) > contiguous_inputs  # the premise: strided holds more inputs, yet fits
-    assert inputs_of(exact=False) == contiguous_inputs
+    for exact in (True, False):
+        assert inputs_of([contiguous, strided], [10, 5], exact) == inputs(contiguous)
+        assert inputs_of([contiguous, worse, best], [10, 5, 6], exact) == inputs(best)
+        assert inputs_of([contiguous, worse, best], [10, 5, 10], exact) == inputs(worse)  # best is pruned
