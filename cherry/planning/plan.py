@@ -11,14 +11,13 @@ K in proportion to the overshoot. A budget that one seed alone cannot meet raise
 
 Refinement (``refine=True``, K > 1): the contiguous split in locality order is one candidate;
 `candidate_labels` gives the others (on a batch with locality the contiguous split refined on the top
-layer, ranked by its top-layer sources; on any other batch the contiguous split refined on the input
-layer and groups grown over the top layer's shared neighbours and refined, each with its exact input
-count). The plan keeps the candidate with the fewest input nodes whose largest estimate is at most
-``MAX_GROWTH`` above the contiguous split's (the contiguous split's estimates and inputs from
-`group_shapes`: the micro-batches' exact per-layer counts, without slicing), taking candidates in
-order until one fits and, when their ranking is not an input count, holds fewer inputs on its
-slices than the contiguous split: so choosing never raises redundancy and keeps the memory balance.
-Only the chosen candidate is sliced (a refused one's slices are dropped).
+layer; on any other batch the contiguous split refined on the input layer and groups grown over the
+top layer's shared neighbours and refined). One `group_shapes_many` walk counts every candidate's
+micro-batches exactly (per layer sources, destinations and edges: the counts their slices would
+have) without slicing any, and the plan keeps the candidate with the fewest input nodes whose
+largest estimate is at most ``MAX_GROWTH`` above the contiguous split's: so choosing never raises
+redundancy above the contiguous split's and keeps the memory balance. Only the chosen candidate is
+sliced.
 
 Cost, measured on synth-arxiv, batch 8192, fanouts (10, 25), K = 8, one thread (a batch with
 locality; thread CPU time per stage, median of 15 on a shared 2-core machine): seed costs and split

@@ -21,11 +21,11 @@ on the top layer for each weight slack of ``CANDIDATE_TOLERANCES`` (``LOCAL_PASS
 - A batch with locality (the contiguous split holds under ``LOCALITY_RATIO`` times the strided
   split's top-layer sources: measured 0.77-0.95 on the generated datasets and the geometric graph at
   batch 4096 and above, 0.97-1.00 on the heavy-tailed laws) keeps these top-layer refinements as its
-  candidates, ranked by their top-layer sources (not exact input counts: the planner checks the
-  chosen one's inputs on its slices). On such batches the input-layer refinement of the contiguous
-  split won before, but its reach build walks every seed's whole tree, about eight times the top
-  layer's entries, and cost two thirds of the planning; the top-layer refinement keeps about 70% of
-  its gain (synth-arxiv, batch 4096, K = 8: contiguous 1.691, top-layer refined 1.649, input-layer
+  candidates, ranked by their top-layer sources (not exact input counts: the planner counts every
+  candidate's exact inputs with `group_shapes_many` before it chooses). On such batches the
+  input-layer refinement of the contiguous split won before, but its reach build walks every seed's
+  whole tree, about eight times the top layer's entries, and cost two thirds of the planning; the
+  top-layer refinement keeps about 70% of its gain (synth-arxiv, batch 4096, K = 8: contiguous 1.691, top-layer refined 1.649, input-layer
   refined 1.632, Betty 1.78).
 - Any other batch (heavy-tailed degree laws, small batches) gets what it got before: for each slack,
   the contiguous split refined on the input layer, and `grow_groups` (greedy growing over the top
@@ -107,8 +107,8 @@ class Candidates:
 
     ``labels`` ``[C, n]``: a group in ``[0, K)`` per entry of the seed order, the contiguous split in
     row 0. ``inputs`` ``[C]``: each row's summed input nodes when ``exact``; otherwise (a batch with
-    locality) each row's summed *top-layer* sources, which only rank the candidates: the planner then
-    checks a candidate's exact inputs, from its slices, against the contiguous split's."""
+    locality) each row's summed *top-layer* sources. The planner only prunes by them (a row not below
+    row 0 is not considered) and chooses by the exact counts of `group_shapes_many`."""
 
     labels: torch.Tensor
     inputs: torch.Tensor

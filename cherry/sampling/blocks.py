@@ -19,9 +19,10 @@ trusted paths without reading a value back from the device (no host sync inside 
 Validating a CUDA block reads back a few scalars, once, at construction.
 
 ``layout`` (optional) is the `DegreeLayout` the packed LSTM needs: destinations in descending
-in-degree order and the per-time-step batch sizes, computed on the host when the block is made (the
-sampler and slicer) or moved (`Block.to` from the CPU), and carried along, so the aggregator never
-reads degrees back from the device.
+in-degree order and the per-time-step batch sizes, computed when the block is made (the sampler; the
+slicer for a slice on a device) or moved off the host (`Block.to` from the CPU), and carried along,
+so the aggregator never reads degrees back from the device. A host block without one (a host slice)
+gets it from its host ``indptr`` where it is read.
 """
 from __future__ import annotations
 
