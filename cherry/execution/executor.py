@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 from cherry.execution.transfer import PinnedRows, blocks_to_device
 from cherry.models.dropout import set_dropout_step, step_seed
+from cherry.models.sage import reads_degree_layouts
 from cherry.probe import DeviceMemoryLike, NullProbe, Probe
 from cherry.planning import BatchShape, BudgetTooSmallError, MemoryModel, MicrobatchPlan, plan_microbatches
 from cherry.sampling import Blocks
@@ -162,6 +163,7 @@ class MicrobatchExecutor:
         self.memory = memory
         self.probe = probe or NullProbe()
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self._reads_layouts = reads_degree_layouts(model)  # host slices carry none: made in `plan`
         self._accumulators = [torch.zeros_like(p) for p in self.params]
         self._base_fixed_bytes = memory_model.fixed_bytes
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cherry-prepare")
@@ -189,11 +191,12 @@ class MicrobatchExecutor:
              num_microbatches: Optional[int] = None, memory_model: Optional[MemoryModel] = None) -> MicrobatchPlan:
         """The plan of ``blocks`` (of the seeds at ``positions``). A fixed K larger than the seeds to
         plan (an epoch's smaller last batch) is cut to one seed per micro-batch. An out-of-memory while
-        planning (the slicing itself does not fit) is a `BudgetTooSmallError`: no K can help."""
+        planning (the slicing itself does not fit) is a `BudgetTooSmallError`: no K can help. For a
+        model that reads degree layouts (an LSTM aggregator) every micro-batch carries its layout."""
         if num_microbatches is not None:
             num_microbatches = min(num_microbatches, blocks.num_seeds if positions is None else positions.numel())
         try:
-            return plan_microbatches(
+            plan = plan_microbatches(
                 blocks, memory_model or self.memory_model, budget_bytes=self.options.budget_bytes,
                 num_microbatches=num_microbatches, seed_rank=self.seed_rank,
                 balance=self.options.balance, safety=self.options.safety, positions=positions,
@@ -203,6 +206,11 @@ class MicrobatchExecutor:
             raise BudgetTooSmallError(f"the device memory cannot hold even the planning of a batch of "
                                       f"{blocks.num_seeds} seeds (slicing it ran out of memory: {first}); "
                                       "give more device memory or a smaller batch") from None
+        if not self._reads_layouts:
+            return plan
+        # an LSTM orders destinations by in-degree: the layouts of host slices are made here, off the
+        # step's critical path, as a device slice's are when it is sliced
+        return dataclasses.replace(plan, microbatches=tuple(p.with_layouts() for p in plan.microbatches))
 
     def plan_batch(self, blocks: Blocks, features: torch.Tensor) -> PlannedBatch:
         """Stage decision and plan of ``blocks``; safe to call on another thread during a step."""

@@ -10,7 +10,7 @@ from cherry.models.gat import GATConv
 from cherry.models.gcn import GCNConv
 from cherry.models.mlp import MLP
 from cherry.models.lstm_steps import lstm_aggregate_steps
-from cherry.models.sage import SAGEConv, lstm_aggregate, lstm_aggregate_bucketed
+from cherry.models.sage import SAGEConv, lstm_aggregate, lstm_aggregate_bucketed, reads_degree_layouts
 from cherry.models.spec import MODELS, SAGE_AGGREGATORS, LayerDims, ModelSpec
 
 __all__ = [
@@ -28,4 +28,5 @@ __all__ = [
     "lstm_aggregate",
     "lstm_aggregate_bucketed",
     "lstm_aggregate_steps",
+    "reads_degree_layouts",
 ]

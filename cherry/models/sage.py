@@ -25,6 +25,13 @@ from cherry.sampling.blocks import Block
 from cherry.sampling.layout import DegreeLayout
 
 
+def reads_degree_layouts(model: nn.Module) -> bool:
+    """Whether ``model`` aggregates with an LSTM, the only reader of `Block.layout` (the packed and
+    step-loop LSTMs order destinations by it): a caller that moves or prepares blocks ahead of the
+    step makes their layouts there, so the step itself reads no degrees back."""
+    return any(isinstance(m, nn.LSTM) for m in model.modules())
+
+
 def lstm_aggregate(lstm: nn.LSTM, block: Block, h_src: torch.Tensor) -> torch.Tensor:
     """Final LSTM hidden state over each destination's neighbour rows (CSC order), in one call.
 
