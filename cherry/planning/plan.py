@@ -20,16 +20,16 @@ redundancy above the contiguous split's and keeps the memory balance. Only the c
 sliced.
 
 Cost, measured on synth-arxiv, batch 8192, fanouts (10, 25), K = 8, one thread (a batch with
-locality; thread CPU time per stage, median of 15 on a shared 2-core machine): seed costs and split
-1.7 ms, the top layer's counts and refinement 2 ms, `group_shapes` of the contiguous split 2.8 ms,
-slicing the choice 4.5-5 ms, the rest (estimates, Python) under 1 ms: 12-13 ms in all (before the
-top-layer path 38-43 ms: the input-layer refinement alone was 15-16 ms, growing and its descent 8 ms,
-`group_shapes` 6 ms). Against Betty's partitioning of the same batch (`cherry bench planner`, three
-interleaved runs): 17.5 ms [13.6, 18.5] vs 105.7 ms, 6.1x [5.6, 9.1] (before 2.2x), and 9.6% of a
-CPU step (`cherry bench engine`, mean, hidden 128; before 24%): short of the 10x and 5% issue 13 asks
-for, as slicing and `group_shapes` each walk every micro-batch's tree once, bound by the latency of
-random rows. A batch without locality pays the input-layer refinements (a reach build per call,
-linear in the seeds' sampled trees, each pass times K), as before.
+locality; wall time per stage, median of 200 plans on a shared 2-core machine): seed costs 0.8 ms,
+split 1.1, the top layer's counts and refinement 2.4, `group_shapes_many` of the four candidates 1.0
+(`group_shapes` of the contiguous split alone took 2.8: a stamp walk of every micro-batch's tree),
+slicing the choice 2.6-3.9 (0.7 ms less without degree layouts, which only an LSTM reads and the
+executor then makes), the rest under 1 ms. Against Betty's partitioning of the same batch (`cherry
+bench planner`, three interleaved runs): 9.3 ms [9.0, 9.9] vs 91.3 ms, 10.1x [9.5, 11.7] (before
+17.5 ms, 6.1x), and 6.4% of a CPU step (`cherry bench engine`, mean, hidden 128; before 9.6%): the
+5% issue 13 asks for is not reached. A batch without locality pays the input-layer refinements (a
+reach build per call, linear in the seeds' sampled trees, each pass times K): Barabasi-Albert at
+batch 8192, K = 8, 60 ms against Betty's 42.
 """
 from __future__ import annotations
 

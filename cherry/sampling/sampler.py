@@ -12,8 +12,8 @@ Both make trusted blocks (valid by construction). A slice on a device carries it
 (made here, so that no micro-batch reads degrees back from the device inside its step); a slice on
 the host does not: only the LSTM aggregator reads a layout, and it makes a missing one from the host
 ``indptr`` at no extra cost, as `Block.to` does when a host block moves to a device. So a split
-that no LSTM reads pays nothing for layouts (16 per plan of K = 8 over two layers, 1 ms of the
-planner's 12 on synth-arxiv at batch 8192).
+that no LSTM reads pays nothing for layouts (16 per plan of K = 8 over two layers: 0.7-1 ms of the
+planner's time on synth-arxiv at batch 8192).
 """
 from __future__ import annotations
 
