@@ -42,7 +42,7 @@ import torch
 
 from cherry.ops.planning import _group_shapes_many
 from cherry.planning.memory_model import MemoryModel
-from cherry.planning.shapes import BatchShape, LayerShape
+from cherry.planning.shapes import BatchShape
 from cherry.planning.split import Candidates, candidate_labels, seed_costs, split_seeds
 from cherry.sampling import Blocks, slice_blocks, slice_blocks_many
 

@@ -25,8 +25,8 @@ on the top layer for each weight slack of ``CANDIDATE_TOLERANCES`` (``LOCAL_PASS
   candidate's exact inputs with `group_shapes_many` before it chooses). On such batches the
   input-layer refinement of the contiguous split won before, but its reach build walks every seed's
   whole tree, about eight times the top layer's entries, and cost two thirds of the planning; the
-  top-layer refinement keeps about 70% of its gain (synth-arxiv, batch 4096, K = 8: contiguous 1.691, top-layer refined 1.649, input-layer
-  refined 1.632, Betty 1.78).
+  top-layer refinement keeps about 70% of its gain (synth-arxiv, batch 4096, K = 8: contiguous
+  1.691, top-layer refined 1.649, input-layer refined 1.632, Betty 1.78).
 - Any other batch (heavy-tailed degree laws, small batches) gets what it got before: for each slack,
   the contiguous split refined on the input layer, and `grow_groups` (greedy growing over the top
   layer's shared neighbours in locality order: it recovers on graphs without community structure

@@ -98,10 +98,8 @@ void mask_shapes(const Layers& L, const int64_t* pos, const int64_t* grp, int64_
   for (int64_t c = 0; c < C; ++c) {
     const int64_t* g = grp + (c0 + c) * n;
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t p = pos[i];
-      TORCH_CHECK(p >= 0 && p < top_dst, "group_shapes: position ", p, " is not a destination of the top layer");
       TORCH_CHECK(g[i] >= 0 && g[i] < k, "group_shapes: group ", g[i], " out of range [0, ", k, ")");
-      mask[p] |= static_cast<M>(M(1) << (c * k + g[i]));
+      mask[pos[i]] |= static_cast<M>(M(1) << (c * k + g[i]));
     }
   }
   // per bit, per layer: sources, destinations, edges (bit b is group b % k of labelling c0 + b / k)
@@ -206,6 +204,11 @@ at::Tensor shapes(const Layers& L, const at::Tensor& positions, const at::Tensor
   const at::Tensor pos_c = positions.contiguous(), grp_c = groups.contiguous();
   const int64_t* pos = pos_c.data_ptr<int64_t>();
   const int64_t* grp = grp_c.data_ptr<int64_t>();
+  const int64_t top_dst = L.ips[num_layers - 1].numel() - 1;
+  for (int64_t i = 0; i < n; ++i) {  // once for every row and both walks
+    TORCH_CHECK(pos[i] >= 0 && pos[i] < top_dst, "group_shapes: position ", pos[i],
+                " is not a destination of the top layer");
+  }
   at::Tensor out = at::zeros({rows, k, num_layers, 3}, positions.options());
   int64_t* o = out.data_ptr<int64_t>();
   if (k <= kMaxMaskGroups) {
@@ -225,13 +228,7 @@ at::Tensor shapes(const Layers& L, const at::Tensor& positions, const at::Tensor
       }
     }
   } else {
-    for (int64_t c = 0; c < rows; ++c) {
-      for (int64_t i = 0; i < n; ++i) {
-        TORCH_CHECK(pos[i] >= 0 && pos[i] < L.ips[num_layers - 1].numel() - 1, "group_shapes: position ", pos[i],
-                    " is not a destination of the top layer");
-      }
-      stamp_shapes(L, pos, grp, n, c, k, o);
-    }
+    for (int64_t c = 0; c < rows; ++c) stamp_shapes(L, pos, grp, n, c, k, o);
   }
   return out;
 }
