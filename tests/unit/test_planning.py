@@ -34,6 +34,20 @@ def test_memory_model_is_monotone_and_calibrates(batch):
     assert mm.relative_errors()[-1] < 1e-3
 
 
+@pytest.mark.parametrize("aggr", ["mean", "lstm", "pool"])
+def test_estimate_bytes_many_equals_estimate_bytes_and_refuses_a_wrong_shape(aggr):
+    """The planner's vectorised estimate is `estimate_bytes` value for value (calibrated, with fixed
+    bytes), for counts up to millions; counts without one [num_src, num_dst, num_edges] row per
+    layer are refused with the shape that was given."""
+    mm = MemoryModel.for_model(ModelSpec("sage", 100, 128, 16, 3, aggr=aggr), fixed_bytes=12345)
+    mm.scale = 1.3377
+    shapes = torch.randint(0, 10**7, (4, 5, 3, 3), generator=torch.Generator().manual_seed(0))
+    want = [[mm.estimate_bytes(BatchShape(tuple(LayerShape(*c) for c in g))) for g in row] for row in shapes.tolist()]
+    assert mm.estimate_bytes_many(shapes).tolist() == want
+    with pytest.raises(ValueError, match=r"\[\.\.\., 3, 3\].*got \(5, 2, 3\)"):
+        mm.estimate_bytes_many(shapes[0, :, :2])
+
+
 def test_split_partitions_and_balances(batch):
     _, blocks, spec = batch
     costs = seed_costs(blocks, MemoryModel.for_model(spec))
