@@ -2,6 +2,7 @@
 what the contract says (uniform, without replacement, order-preserving), and bad input is refused."""
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -327,6 +328,26 @@ def test_slice_layer_many_parallel_path_equals_reference(native):
     finally:
         torch.set_num_threads(threads)
     assert_many_equal(got, ref.slice_layer_many(indptr, indices, dst, offsets, nodes))
+
+
+@pytest.mark.parametrize("sizes", [(3500, 5000), (12000, 300), (300, 40000, 300)])
+def test_slice_layer_many_groups_around_the_narrow_map_limit(native, sizes):
+    # The CPU kernel slices a group with a 16-bit map first and again with the wide map when its
+    # sources pass 2**15 - 1 (then the rest of the call goes straight to the wide map): groups just
+    # below and far above the limit, an overflow in the first group or only in a later one, and a
+    # group with more destinations than the narrow map numbers must all equal the reference.
+    gen = torch.Generator().manual_seed(31)
+    num_dst, deg, num_src = sum(sizes), 8, 200_000
+    indptr = torch.arange(0, (num_dst + 1) * deg, deg)
+    indices = torch.randint(0, num_src, (num_dst * deg,), generator=gen)
+    nodes = torch.randperm(num_src, generator=gen)
+    dst = torch.randperm(num_dst, generator=gen)
+    offsets = [0, *itertools.accumulate(sizes)]
+    got = native.slice_layer_many(indptr, indices, dst, offsets, nodes)
+    want = ref.slice_layer_many(indptr, indices, dst, offsets, nodes)
+    assert_many_equal(got, want)
+    counts = [b - a for a, b in zip(want[4], want[4][1:])]
+    assert min(counts) < 2**15 - 1 < max(counts)  # both sides of the limit are exercised
 
 
 def test_slice_layer_many_map_is_clean_after_an_error(native):
