@@ -43,9 +43,10 @@ from dataclasses import dataclass
 
 import torch
 
-from cherry.ops import csr_aggregate
+from cherry.ops import aggregate_block
 from cherry.ops.planning import _grow_groups, _refine_groups_many
 from cherry.planning.memory_model import MemoryModel
+from cherry.planning.sorting import stable_argsort
 from cherry.sampling import Blocks
 
 BALANCES = ("memory", "count")
@@ -65,7 +66,7 @@ def seed_costs(blocks: Blocks, model: MemoryModel) -> torch.Tensor:
         own = cost.per_dst + (cost.per_edge + cost.per_src) * deg
         if below is not None:
             # sum of the children's tree costs; children are this layer's sources = lower destinations
-            own = own + csr_aggregate(block.indptr, block.indices, below.unsqueeze(1), "sum").squeeze(1)
+            own = own + aggregate_block(block, below.unsqueeze(1), "sum").squeeze(1)
         below = own
     return below
 
@@ -84,13 +85,14 @@ def split_seeds(positions: torch.Tensor, costs: torch.Tensor, num_groups: int,
     if not 1 <= num_groups <= max(n, 1):
         raise ValueError(f"number of micro-batches must be in [1, {n}] for {n} seeds, got {num_groups}")
     if seed_rank is not None and seeds is not None:
-        positions = positions[torch.argsort(seed_rank[seeds[positions]], stable=True)]
+        keys = seed_rank.index_select(0, seeds.index_select(0, positions))  # a rank is below its length
+        positions = positions.index_select(0, stable_argsort(keys, seed_rank.numel()))
     if num_groups == 1:
         return (positions,)
     if balance == "count":
         weights = torch.ones(n, dtype=torch.float64)
     else:
-        weights = costs[positions].to(torch.float64).cpu()  # the cuts are found on the host
+        weights = costs.index_select(0, positions).to(torch.float64).cpu()  # the cuts are found on the host
     cum = torch.cumsum(weights, 0)
     targets = cum[-1] * torch.arange(1, num_groups, dtype=torch.float64) / num_groups
     bounds = [0]
