@@ -1,7 +1,8 @@
 """Public planning ops (contract: `cherry.ops.reference_planning`): `refine_groups` lowers a split's
 input-layer redundancy by moving seeds between groups; `grow_groups` grows groups over the top layer's
 shared neighbours; `group_shapes` counts each group's micro-batch without slicing it, and
-`group_shapes_many` does so for several labellings at once.
+`group_shapes_many` does so for several labellings at once; `tree_costs` gives each seed's cost over
+its sampled tree.
 
 Each validates its inputs, then runs ``torch.ops.cherry.<op>`` when the native extension is in use
 and the pure-PyTorch reference otherwise (both return the same result). The underscored variants
@@ -9,6 +10,7 @@ skip validation for the planner, which built its inputs itself.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import torch
@@ -206,3 +208,26 @@ def _group_shapes_many(indptrs: list[torch.Tensor], indices: list[torch.Tensor],
     if positions.device.type in ("cpu", "cuda") and extension_available():
         return torch.ops.cherry.group_shapes_many(indptrs, indices, positions, groups, num_groups, num_inputs)
     return ref.group_shapes_many(indptrs, indices, positions, groups, num_groups, num_inputs)
+
+
+def tree_costs(indptrs: Sequence[torch.Tensor], indices: Sequence[torch.Tensor], per_dst: Sequence[float],
+               per_edge: Sequence[float]) -> torch.Tensor:
+    """``[num_seeds]`` float64: each top-layer destination's cost over its whole sampled tree, counted
+    with multiplicity: per layer (input first) ``per_dst[l] + per_edge[l] * in-degree`` of every node
+    of the tree at that layer, summed (see `cherry.ops.reference_planning`). ``indptrs``/``indices``:
+    the batch's blocks as CSC, input layer first; one ``per_dst`` and ``per_edge`` number per layer."""
+    device = indptrs[0].device if isinstance(indptrs, (list, tuple)) and indptrs else None
+    _check_layers(indptrs, indices, device)
+    for name, values in (("per_dst", per_dst), ("per_edge", per_edge)):
+        if not isinstance(values, (list, tuple)) or len(values) != len(indptrs):
+            raise ValueError(f"{name} must hold one number per layer ({len(indptrs)}), got {values!r}")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            raise ValueError(f"{name} must hold finite numbers, got {values!r}")
+    return _tree_costs(list(indptrs), list(indices), [float(v) for v in per_dst], [float(v) for v in per_edge])
+
+
+def _tree_costs(indptrs: list[torch.Tensor], indices: list[torch.Tensor], per_dst: list[float],
+                per_edge: list[float]) -> torch.Tensor:
+    if indptrs[0].device.type in ("cpu", "cuda") and extension_available():
+        return torch.ops.cherry.tree_costs(indptrs, indices, per_dst, per_edge)
+    return ref.tree_costs(indptrs, indices, per_dst, per_edge)

@@ -1,5 +1,5 @@
-"""Pure-PyTorch references of the planning ops `refine_groups`, `grow_groups` and `group_shapes` (the
-native kernels' oracles and fallbacks).
+"""Pure-PyTorch references of the planning ops `refine_groups`, `grow_groups`, `group_shapes` and
+`tree_costs` (the native kernels' oracles and fallbacks).
 
 Contract (shared with csrc/cpu/refine_groups.cpp and csrc/cuda/refine_groups.cu, which must return the
 same groups bit for bit):
@@ -40,6 +40,13 @@ reaches (each row exactly as `refine_groups` would) and also returns each result
 
 Cost: building the reaches is linear in the edges of the seeds' sampled trees (with multiplicity),
 each pass ``O(sum_i |R(i)| * K)``.
+
+`tree_costs` (csrc/cpu/tree_costs.cpp, csrc/cuda/tree_costs.cu): per top-layer destination (seed), the
+cost of its whole sampled tree counted with multiplicity (a node reached twice counts twice), float64:
+layer by layer from the input layer, a destination's cost is ``per_dst[l] + per_edge[l] * in-degree``
+plus, above the input layer, the sum of its sources' costs (the destinations one layer down). With
+integer per-element counts (the memory model's) every value is an integer below 2**53, so each sum is
+exact and the kernels equal this reference bit for bit whatever their order of additions.
 """
 from __future__ import annotations
 
@@ -210,3 +217,16 @@ def group_shapes_many(indptrs: list[torch.Tensor], indices: list[torch.Tensor], 
     """``[C, K, L, 3]`` int64: `group_shapes` of every row of ``groups`` (``[C, n]``); positions lie in
     ``[0, num_inputs)``."""
     return torch.stack([group_shapes(indptrs, indices, positions, row, num_groups) for row in groups])
+
+
+def tree_costs(indptrs: list[torch.Tensor], indices: list[torch.Tensor], per_dst: list[float],
+               per_edge: list[float]) -> torch.Tensor:
+    """``[num_seeds]`` float64: each top-layer destination's tree cost (see the module docstring)."""
+    below = None
+    for ip, ind, pd, pe in zip(indptrs, indices, per_dst, per_edge):
+        own = pd + pe * (ip[1:] - ip[:-1]).to(torch.float64)
+        if below is not None:
+            seg = torch.repeat_interleave(torch.arange(ip.numel() - 1, device=ip.device), ip[1:] - ip[:-1])
+            own = own + torch.zeros_like(own).index_add_(0, seg, below.index_select(0, ind))
+        below = own
+    return below

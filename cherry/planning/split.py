@@ -43,8 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cherry.ops import aggregate_block
-from cherry.ops.planning import _grow_groups, _refine_groups_many
+from cherry.ops.planning import _grow_groups, _refine_groups_many, _tree_costs
 from cherry.planning.memory_model import MemoryModel
 from cherry.planning.sorting import stable_argsort
 from cherry.sampling import Blocks
@@ -59,16 +58,12 @@ UNREFINED_CAP = float("-inf")  # a refinement cap below every weight: the start 
 
 
 def seed_costs(blocks: Blocks, model: MemoryModel) -> torch.Tensor:
-    """Per-seed cost (float64, length ``num_seeds``) of the seed's sampled tree under ``model``."""
-    below = None
-    for block, cost in zip(blocks.layers, model.costs):
-        deg = block.in_degrees().to(torch.float64)
-        own = cost.per_dst + (cost.per_edge + cost.per_src) * deg
-        if below is not None:
-            # sum of the children's tree costs; children are this layer's sources = lower destinations
-            own = own + aggregate_block(block, below.unsqueeze(1), "sum").squeeze(1)
-        below = own
-    return below
+    """Per-seed cost (float64, length ``num_seeds``) of the seed's sampled tree under ``model``: one
+    `tree_costs` call (a node's own cost is its layer's per-destination floats plus, per in-edge, the
+    edge's and the source's; its children are its sources, the destinations one layer down)."""
+    layers = blocks.layers
+    return _tree_costs([b.indptr for b in layers], [b.indices for b in layers],
+                       [float(c.per_dst) for c in model.costs], [float(c.per_edge + c.per_src) for c in model.costs])
 
 
 def split_seeds(positions: torch.Tensor, costs: torch.Tensor, num_groups: int,
