@@ -81,30 +81,47 @@ Reaches build_reaches(at::TensorList indptrs, at::TensorList indices, const int6
     const int64_t s = seeds[i];
     slot[s].stamp = stamp;
     reach.push_back(static_cast<int32_t>(s));
+    int64_t expanded = start + 1;  // entries before this index hold positions still to relabel
     for (int64_t l = num_layers - 1; l >= 0; --l) {
       const int64_t* ip = ip_p[l];
       const int64_t* ind = ind_p[l];
       // the top layer (l = num_layers - 1) expands the seed; each lower one everything reached so far
       const int64_t end = static_cast<int64_t>(reach.size());
+      expanded = end;
+      if (l > 0) {
+        for (int64_t r = start; r < end; ++r) {
+          const int64_t p = reach[r];
+          for (int64_t e = ip[p]; e < ip[p + 1]; ++e) {
+            const int64_t u = ind[e];
+            if (slot[u].stamp != stamp) {
+              slot[u].stamp = stamp;
+              reach.push_back(static_cast<int32_t>(u));
+            }
+          }
+        }
+        continue;
+      }
+      // the input layer's new entries are never expanded: relabel them as they are found, while
+      // their slot is in cache (a top-layer-only call so relabels all but the seed in one walk)
       for (int64_t r = start; r < end; ++r) {
         const int64_t p = reach[r];
         for (int64_t e = ip[p]; e < ip[p + 1]; ++e) {
-          const int64_t u = ind[e];
-          if (slot[u].stamp != stamp) {
-            slot[u].stamp = stamp;
-            reach.push_back(static_cast<int32_t>(u));
+          Slot& sl = slot[ind[e]];
+          if (sl.stamp != stamp) {
+            sl.stamp = stamp;
+            if (sl.label < 0) sl.label = next++;
+            reach.push_back(sl.label);
           }
         }
       }
     }
-    // relabel this seed's entries now (the walk read the original positions through the layers)
-    const int64_t end = static_cast<int64_t>(reach.size());
-    for (int64_t r = start; r < end; ++r) {
+    // relabel the expanded entries (the walk read their original positions through the layers)
+    for (int64_t r = start; r < expanded; ++r) {
       Slot& sl = slot[reach[r]];
       if (sl.label < 0) sl.label = next++;
       reach[r] = sl.label;
     }
-    out.ptr[i + 1] = end;
+    out.ptr[i + 1] = static_cast<int64_t>(reach.size());
   }
   out.num_nodes = next;
   return out;
