@@ -50,9 +50,14 @@ from cherry.sampling import Blocks, slice_blocks, slice_blocks_many
 MAX_GROWTH = 0.05  # a refined plan's largest estimate may exceed the contiguous split's by this much
 
 
-def _sliced(blocks: Blocks, groups, memory_model: MemoryModel):
-    parts = tuple(slice_blocks_many(blocks, list(groups)))
-    return tuple(groups), parts, tuple(memory_model.estimate_bytes(BatchShape.of(p)) for p in parts)
+def _sliced(blocks: Blocks, groups, memory_model: MemoryModel, estimates: Optional[list[int]] = None):
+    """``(groups, their slices, their estimates)``: ``groups`` partition (a subset of) the seeds, as
+    the split and the candidates make them, so the slicer need not check them; ``estimates``, when
+    given, are the groups' `estimate_bytes` already (from their exact shapes)."""
+    parts = tuple(slice_blocks_many(blocks, list(groups), check=False))
+    if estimates is None:
+        estimates = [memory_model.estimate_bytes(BatchShape.of(p)) for p in parts]
+    return tuple(groups), parts, tuple(estimates)
 
 
 def _best_plan(blocks: Blocks, order: torch.Tensor, candidates: Candidates, k: int, memory_model: MemoryModel):
@@ -68,10 +73,11 @@ def _best_plan(blocks: Blocks, order: torch.Tensor, candidates: Candidates, k: i
     rows = [0] + [c for c in range(1, len(ranking)) if ranking[c] < ranking[0]]
     shapes = _group_shapes_many(ips, inds, order, labels[rows], k, layers[0].num_src)  # [rows, K, L, 3]
     inputs = shapes[:, :, 0, 0].sum(1).tolist()
-    largest = memory_model.estimate_bytes_many(shapes).max(1).values.tolist()
+    estimates = memory_model.estimate_bytes_many(shapes)  # [rows, K], value for value estimate_bytes
+    largest = estimates.max(1).values.tolist()
     limit = largest[0] * (1 + MAX_GROWTH)
     best = min(range(len(rows)), key=lambda r: (inputs[r] if r == 0 or largest[r] <= limit else math.inf, r))
-    return _sliced(blocks, _groups_of(labels[rows[best]], order, k), memory_model)
+    return _sliced(blocks, _groups_of(labels[rows[best]], order, k), memory_model, estimates[best].tolist())
 
 
 def _groups_of(row: torch.Tensor, order: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:

@@ -97,14 +97,17 @@ def slice_blocks(blocks: Blocks, seed_positions: torch.Tensor) -> Blocks:
     return _slice_many(blocks, seed_positions, [int(seed_positions.numel())])[0]
 
 
-def slice_blocks_many(blocks: Blocks, groups: Sequence[torch.Tensor]) -> list[Blocks]:
+def slice_blocks_many(blocks: Blocks, groups: Sequence[torch.Tensor], check: bool = True) -> list[Blocks]:
     """``[slice_blocks(blocks, g) for g in groups]``, equal tensor for tensor, in one native call per
     layer for all groups.
 
     ``groups`` is a non-empty list or tuple of non-empty 1-D int64 tensors of seed positions on the
     blocks' device; the groups must be disjoint (no position in two groups or twice in one) but need
     not cover every seed. The returned micro-batches' tensors are views of per-layer buffers shared
-    by all of them (so no micro-batch may be modified in place).
+    by all of them (so no micro-batch may be modified in place). ``check=False`` skips the checks of
+    the positions' range and disjointness (a pass over them and a read-back), for a caller that made
+    the groups as a partition itself (the planner); the native kernels still refuse a position out
+    of range.
     """
     if not isinstance(blocks, Blocks):
         raise TypeError(f"blocks must be a cherry.sampling.Blocks, got {type(blocks).__name__}")
@@ -120,6 +123,8 @@ def slice_blocks_many(blocks: Blocks, groups: Sequence[torch.Tensor]) -> list[Bl
             raise ValueError(f"groups[{i}] must not be empty")
         sizes.append(int(g.numel()))
     flat = groups[0] if len(groups) == 1 else torch.cat(list(groups))
+    if not check:
+        return _slice_many(blocks, flat, sizes)
     num_seeds = blocks.num_seeds
     lo, hi = (int(v) for v in torch.aminmax(flat))
     if lo < 0 or hi >= num_seeds:

@@ -199,10 +199,11 @@ def test_slice_blocks_many_equals_one_slice_per_group(fanouts, monkeypatch):
     for groups in cases:
         many = slice_blocks_many(blocks, groups)
         assert len(many) == len(groups)
-        for grp, sub in zip(groups, many):
+        for grp, sub, unchecked in zip(groups, many, slice_blocks_many(blocks, groups, check=False)):
             check_blocks(sub)
             assert slices_equal(sub, slice_blocks(blocks, grp))
             assert torch.equal(sub.seeds, blocks.seeds[grp])
+            assert slices_equal(unchecked, sub)  # the planner's path: the same slices without the checks
     monkeypatch.setattr(ops_sampling, "extension_available", lambda: False)  # the reference op
     for groups in cases:
         for grp, sub, ref_sub in zip(groups, slice_blocks_many(blocks, groups), slice_blocks_many(blocks, tuple(groups))):
@@ -243,6 +244,9 @@ def test_slice_blocks_many_rejects_bad_input():
         assert "\n" not in str(info.value)  # one line
     with pytest.raises(TypeError, match="blocks must be a cherry.sampling.Blocks"):
         slice_blocks_many(blocks.layers, [ok])
+    # unchecked, a position out of range is still refused (by the op), never read out of bounds
+    with pytest.raises((RuntimeError, IndexError, ValueError)):
+        slice_blocks_many(blocks, [ok, torch.tensor([10])], check=False)
 
 
 @pytest.mark.gpu
