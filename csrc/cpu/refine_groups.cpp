@@ -135,6 +135,7 @@ struct State {
   std::vector<C> cnt;  // [num_nodes x K]: seeds of each group whose reach holds the node
   std::vector<int64_t> size, g;
   std::vector<double> total;
+  int64_t inputs = 0;  // the objective: nonzero entries of cnt, kept as moves change it by their gain
 };
 
 template <typename C>
@@ -148,7 +149,7 @@ State<C> init_state(const Reaches& rs, int64_t n, const double* w, int64_t k, co
     TORCH_CHECK(g[i] >= 0 && g[i] < k, "refine_groups: group ", g[i], " out of range");
     st.size[g[i]] += 1;
     st.total[g[i]] += w[i];
-    for (int64_t r = rs.ptr[i]; r < rs.ptr[i + 1]; ++r) st.cnt[rs.reach[r] * k + g[i]] += 1;
+    for (int64_t r = rs.ptr[i]; r < rs.ptr[i + 1]; ++r) st.inputs += st.cnt[rs.reach[r] * k + g[i]]++ == 0;
   }
   return st;
 }
@@ -156,9 +157,31 @@ State<C> init_state(const Reaches& rs, int64_t n, const double* w, int64_t k, co
 template <typename C>
 void finish(const State<C>& st, int64_t* g_out, int64_t* inputs_out) {
   std::copy(st.g.begin(), st.g.end(), g_out);
+  *inputs_out = st.inputs;
+}
+
+// The objective of a start that no row refines (only counted): each node's set of groups as a bit
+// mask of one word, ORed over the reaches, then counted; a fraction of init_state's nodes x K count
+// array and its scan (a K = 8 labelling of 38k top-layer nodes: 38 KB of masks against 608 KB).
+template <typename W>
+int64_t count_by_mask(const Reaches& rs, int64_t n, const int64_t* g) {
+  std::vector<W> mask(static_cast<size_t>(rs.num_nodes), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const W bit = static_cast<W>(W{1} << g[i]);
+    for (int64_t r = rs.ptr[i]; r < rs.ptr[i + 1]; ++r) mask[rs.reach[r]] |= bit;
+  }
   int64_t inputs = 0;
-  for (const C c : st.cnt) inputs += c > 0;
-  *inputs_out = inputs;
+  for (const W m : mask) inputs += __builtin_popcountll(static_cast<unsigned long long>(m));
+  return inputs;
+}
+
+int64_t count_inputs(const Reaches& rs, int64_t n, int64_t k, const int64_t* g) {
+  for (int64_t i = 0; i < n; ++i) TORCH_CHECK(g[i] >= 0 && g[i] < k, "refine_groups: group ", g[i], " out of range");
+  if (k <= 8) return count_by_mask<uint8_t>(rs, n, g);
+  if (k <= 16) return count_by_mask<uint16_t>(rs, n, g);
+  if (k <= 32) return count_by_mask<uint32_t>(rs, n, g);
+  TORCH_CHECK(k <= 64, "refine_groups: count_inputs takes at most 64 groups, got ", k);
+  return count_by_mask<uint64_t>(rs, n, g);
 }
 
 // The greedy passes (see the contract) for every cap of ``rows`` at once, from (pass0, i0) with moved0
@@ -176,7 +199,8 @@ void greedy_impl(const Reaches& rs, int64_t n, const double* w, int64_t k_runtim
   const std::vector<int32_t>& reach = rs.reach;
   std::vector<int32_t> add(static_cast<size_t>(k), 0);
   std::vector<int64_t> choice(rows.size());
-  auto apply = [&](State<C>& s, int64_t i, int64_t a, int64_t b) {
+  auto apply = [&](State<C>& s, int64_t i, int64_t a, int64_t b, int64_t gain) {
+    s.inputs -= gain;
     for (int64_t r = ptr[i]; r < ptr[i + 1]; ++r) {
       s.cnt[reach[r] * k + a] -= 1;
       s.cnt[reach[r] * k + b] += 1;
@@ -224,7 +248,7 @@ void greedy_impl(const Reaches& rs, int64_t n, const double* w, int64_t k_runtim
           for (size_t u = 0; u < rows.size(); ++u)
             if (choice[u] == c) sub.push_back(rows[u]);
           State<C> copy = st;
-          if (c >= 0) apply(copy, i, a, c);
+          if (c >= 0) apply(copy, i, a, c, lose - add[c]);
           greedy_impl<KC, C>(rs, n, w, k, copy, sub, caps, num_passes, pass, i + 1, moved + (c >= 0 ? 1 : 0), g_out,
                           inputs_out);
         }
@@ -236,7 +260,7 @@ void greedy_impl(const Reaches& rs, int64_t n, const double* w, int64_t k_runtim
       }
       const int64_t best = choice[0];
       if (best < 0) continue;
-      apply(st, i, a, best);
+      apply(st, i, a, best, lose - add[best]);
       ++moved;
     }
     if (moved == 0) break;
@@ -259,7 +283,9 @@ void greedy(const Reaches& rs, int64_t n, const double* w, int64_t k, State<C>& 
 
 // Refines every row of the [C, n] starts ``g`` under caps[c] into g_out/inputs_out: rows with equal
 // starts run as one cohort (see greedy_impl); a cap below every group's weight plus the lightest seed
-// admits no first move, hence none at all, so such a row is only counted.
+// admits no first move, hence none at all, so such a row is only counted (by count_inputs when no row
+// of its cohort moves). A cohort's objective is kept as its moves change it, so no result rescans
+// the count array.
 template <typename C>
 void refine_all_as(const Reaches& rs, int64_t n, const double* w, int64_t k, const int64_t* g, int64_t num_rows,
                    const double* caps, int64_t num_passes, int64_t* g_out, int64_t* inputs_out) {
@@ -275,13 +301,25 @@ void refine_all_as(const Reaches& rs, int64_t n, const double* w, int64_t k, con
         rows.push_back(d);
       }
     }
-    State<C> st = init_state<C>(rs, n, w, k, start);
-    const double t_min = *std::min_element(st.total.begin(), st.total.end());
-    std::vector<int64_t> movable;
-    for (const int64_t v : rows) {
-      if (t_min + w_min <= caps[v]) movable.push_back(v);
-      else finish(st, g_out + v * n, inputs_out + v);
+    // the groups' weights as init_state sums them (same order, same floats): which rows can move
+    std::vector<double> total(static_cast<size_t>(k), 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      TORCH_CHECK(start[i] >= 0 && start[i] < k, "refine_groups: group ", start[i], " out of range");
+      total[start[i]] += w[i];
     }
+    const double t_min = *std::min_element(total.begin(), total.end());
+    std::vector<int64_t> movable, counted;
+    for (const int64_t v : rows) (t_min + w_min <= caps[v] ? movable : counted).push_back(v);
+    if (movable.empty() && k <= 64) {  // only counted: a bit mask per node, not the greedy's count array
+      const int64_t inputs = count_inputs(rs, n, k, start);
+      for (const int64_t v : counted) {
+        std::copy(start, start + n, g_out + v * n);
+        inputs_out[v] = inputs;
+      }
+      continue;
+    }
+    State<C> st = init_state<C>(rs, n, w, k, start);
+    for (const int64_t v : counted) finish(st, g_out + v * n, inputs_out + v);
     if (!movable.empty()) greedy(rs, n, w, k, st, movable, caps, num_passes, g_out, inputs_out);
   }
 }

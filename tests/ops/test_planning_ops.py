@@ -95,19 +95,21 @@ def test_bad_input_is_refused(blocks):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("k", [2, 8, 5])
+@pytest.mark.parametrize("k", [2, 8, 5, 70])
 def test_many_starts_equal_single_refinements_and_count_inputs(blocks, device, k):
     """Every row of `refine_groups_many` is `refine_groups` of that start under its cap (native and
-    reference), its input count is the sliced micro-batches', and an impossible cap only counts."""
+    reference), its input count is the sliced micro-batches', and an impossible cap only counts: in a
+    cohort with a refined row (row 2) and alone (row 3: the CPU kernel's bit-mask count for K <= 64,
+    its count array above)."""
     args = _args(blocks, k, device)
     ips, inds, positions, groups, weights, _, num_inputs, cap, passes = args
     other = torch.roll(groups, 3)
-    starts = torch.stack([groups, other, groups])
-    caps = [cap, cap * 1.3, float("-inf")]
+    starts = torch.stack([groups, other, groups, torch.roll(groups, 5)])
+    caps = [cap, cap * 1.3, float("-inf"), float("-inf")]
     got, inputs = refine_groups_many(ips, inds, positions, starts, weights, k, num_inputs, caps, passes)
     for row, start, c in zip(got, starts, caps):
         assert torch.equal(row, refine_groups(ips, inds, positions, start, weights, k, num_inputs, c, passes))
-    assert torch.equal(got[2], groups)
+    assert torch.equal(got[2], groups) and torch.equal(got[3], starts[3])
     cpu = lambda t: t.cpu()  # noqa: E731
     want = [_inputs(blocks, cpu(positions), cpu(row), k) for row in got]
     assert inputs.cpu().tolist() == want
