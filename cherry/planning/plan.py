@@ -20,16 +20,16 @@ redundancy above the contiguous split's and keeps the memory balance. Only the c
 sliced.
 
 Cost, measured on synth-arxiv, batch 8192, fanouts (10, 25), K = 8, one thread (a batch with
-locality; wall time per stage, median of 200 plans on a shared 2-core machine): seed costs 0.8 ms,
-split 1.1, the top layer's counts and refinement 2.4, `group_shapes_many` of the four candidates 1.0
-(`group_shapes` of the contiguous split alone took 2.8: a stamp walk of every micro-batch's tree),
-slicing the choice 2.6-3.9 (0.7 ms less without degree layouts, which only an LSTM reads and the
-executor then makes), the rest under 1 ms. Against Betty's partitioning of the same batch (`cherry
-bench planner`, three interleaved runs): 9.3 ms [9.0, 9.9] vs 91.3 ms, 10.1x [9.5, 11.7] (before
-17.5 ms, 6.1x), and 6.4% of a CPU step (`cherry bench engine`, mean, hidden 128; before 9.6%): the
-5% issue 13 asks for is not reached. A batch without locality pays the input-layer refinements (a
-reach build per call, linear in the seeds' sampled trees, each pass times K): Barabasi-Albert at
-batch 8192, K = 8, 60 ms against Betty's 42.
+locality; wall time per stage, medians of 150-200 plans with the caches evicted before each, on a
+shared 2-core machine): seed costs 0.3 ms (one `tree_costs` call; 0.85 as tensor ops), the split 0.6
+(a 16-bit radix sort by rank; torch's merge sort took 0.3-0.45 alone), the candidates 2.5-3.0 (the
+top layer's refinement 2.1-2.6 of it), `group_shapes_many` of the four candidates 1.1-1.3, slicing
+the choice 3.4-3.9 (both layers; a 16-bit renumbering map per group), the rest about 0.5. Against
+Betty's partitioning of the same batch (`cherry bench planner`, five runs interleaved with `cherry
+bench engine`): 10.9 ms [10.2, 12.0] vs 118.6 ms, 10.8x [9.6, 12.3], and 5.6% [4.8, 6.9] of a CPU
+step (mean, hidden 128): the 5% issue 13 asks for is reached in one run of five, not in the median.
+A batch without locality pays the input-layer refinements (a reach build per call, linear in the
+seeds' sampled trees, each pass times K): see the README's Planner paragraph.
 """
 from __future__ import annotations
 
