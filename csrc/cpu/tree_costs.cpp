@@ -10,6 +10,8 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include "../tree_costs.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -17,17 +19,11 @@ namespace {
 
 at::Tensor tree_costs_cpu(at::TensorList indptrs, at::TensorList indices, at::ArrayRef<double> per_dst,
                           at::ArrayRef<double> per_edge) {
-  const int64_t num_layers = static_cast<int64_t>(indptrs.size());
-  TORCH_CHECK(num_layers >= 1 && static_cast<int64_t>(indices.size()) == num_layers &&
-                  static_cast<int64_t>(per_dst.size()) == num_layers &&
-                  static_cast<int64_t>(per_edge.size()) == num_layers,
-              "tree_costs: one indptr, indices, per_dst and per_edge per layer");
+  const int64_t num_layers = cherry::tree_costs_num_layers(indptrs, indices, per_dst, per_edge);
   std::vector<double> below, own;
   for (int64_t l = 0; l < num_layers; ++l) {
     const at::Tensor ip_t = indptrs[l].contiguous(), ind_t = indices[l].contiguous();
-    TORCH_CHECK(ip_t.scalar_type() == at::kLong && ind_t.scalar_type() == at::kLong && ip_t.dim() == 1 &&
-                    ind_t.dim() == 1 && ip_t.numel() >= 1,
-                "tree_costs: indptrs and indices must be 1-D int64 tensors (indptr non-empty)");
+    cherry::check_tree_costs_layer(ip_t, ind_t);
     const int64_t* ip = ip_t.data_ptr<int64_t>();
     const int64_t* ind = ind_t.data_ptr<int64_t>();
     const int64_t num_dst = ip_t.numel() - 1;

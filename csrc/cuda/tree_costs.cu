@@ -8,6 +8,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include "../tree_costs.h"
+
 namespace {
 
 constexpr int kThreads = 256;
@@ -34,19 +36,13 @@ __global__ void layer_costs_kernel(const int64_t* __restrict__ ip, const int64_t
 
 at::Tensor tree_costs_cuda(at::TensorList indptrs, at::TensorList indices, at::ArrayRef<double> per_dst,
                            at::ArrayRef<double> per_edge) {
-  const int64_t num_layers = static_cast<int64_t>(indptrs.size());
-  TORCH_CHECK(num_layers >= 1 && static_cast<int64_t>(indices.size()) == num_layers &&
-                  static_cast<int64_t>(per_dst.size()) == num_layers &&
-                  static_cast<int64_t>(per_edge.size()) == num_layers,
-              "tree_costs: one indptr, indices, per_dst and per_edge per layer");
+  const int64_t num_layers = cherry::tree_costs_num_layers(indptrs, indices, per_dst, per_edge);
   const c10::cuda::CUDAGuard guard(indptrs[0].device());
   const auto stream = c10::cuda::getCurrentCUDAStream();
   at::Tensor below;
   for (int64_t l = 0; l < num_layers; ++l) {
     const at::Tensor ip = indptrs[l].contiguous(), ind = indices[l].contiguous();
-    TORCH_CHECK(ip.scalar_type() == at::kLong && ind.scalar_type() == at::kLong && ip.dim() == 1 && ind.dim() == 1 &&
-                    ip.numel() >= 1,
-                "tree_costs: indptrs and indices must be 1-D int64 tensors (indptr non-empty)");
+    cherry::check_tree_costs_layer(ip, ind);
     const int64_t num_dst = ip.numel() - 1;
     at::Tensor out = at::empty({num_dst}, ip.options().dtype(at::kDouble));
     if (num_dst > 0) {
