@@ -81,7 +81,7 @@ Reaches build_reaches(at::TensorList indptrs, at::TensorList indices, const int6
     const int64_t s = seeds[i];
     slot[s].stamp = stamp;
     reach.push_back(static_cast<int32_t>(s));
-    int64_t expanded = start + 1;  // entries before this index hold positions still to relabel
+    int64_t expanded = 0;  // set at the input layer: entries before it hold positions still to relabel
     for (int64_t l = num_layers - 1; l >= 0; --l) {
       const int64_t* ip = ip_p[l];
       const int64_t* ind = ind_p[l];
@@ -138,17 +138,17 @@ struct State {
   int64_t inputs = 0;  // the objective: nonzero entries of cnt, kept as moves change it by their gain
 };
 
+// The state of start ``g`` (every label checked in [0, k) by the caller) whose groups' summed weights
+// the caller has already computed (``total``).
 template <typename C>
-State<C> init_state(const Reaches& rs, int64_t n, const double* w, int64_t k, const int64_t* g) {
+State<C> init_state(const Reaches& rs, int64_t n, std::vector<double> total, int64_t k, const int64_t* g) {
   State<C> st;
   st.cnt.assign(static_cast<size_t>(rs.num_nodes * k), 0);
   st.size.assign(static_cast<size_t>(k), 0);
-  st.total.assign(static_cast<size_t>(k), 0.0);
+  st.total = std::move(total);
   st.g.assign(g, g + n);
   for (int64_t i = 0; i < n; ++i) {
-    TORCH_CHECK(g[i] >= 0 && g[i] < k, "refine_groups: group ", g[i], " out of range");
     st.size[g[i]] += 1;
-    st.total[g[i]] += w[i];
     for (int64_t r = rs.ptr[i]; r < rs.ptr[i + 1]; ++r) st.inputs += st.cnt[rs.reach[r] * k + g[i]]++ == 0;
   }
   return st;
@@ -175,8 +175,8 @@ int64_t count_by_mask(const Reaches& rs, int64_t n, const int64_t* g) {
   return inputs;
 }
 
+// (labels checked in [0, k) by the caller)
 int64_t count_inputs(const Reaches& rs, int64_t n, int64_t k, const int64_t* g) {
-  for (int64_t i = 0; i < n; ++i) TORCH_CHECK(g[i] >= 0 && g[i] < k, "refine_groups: group ", g[i], " out of range");
   if (k <= 8) return count_by_mask<uint8_t>(rs, n, g);
   if (k <= 16) return count_by_mask<uint16_t>(rs, n, g);
   if (k <= 32) return count_by_mask<uint32_t>(rs, n, g);
@@ -301,7 +301,7 @@ void refine_all_as(const Reaches& rs, int64_t n, const double* w, int64_t k, con
         rows.push_back(d);
       }
     }
-    // the groups' weights as init_state sums them (same order, same floats): which rows can move
+    // the groups' weights (in seed order, as the greedy updates them): which rows can move
     std::vector<double> total(static_cast<size_t>(k), 0.0);
     for (int64_t i = 0; i < n; ++i) {
       TORCH_CHECK(start[i] >= 0 && start[i] < k, "refine_groups: group ", start[i], " out of range");
@@ -318,7 +318,7 @@ void refine_all_as(const Reaches& rs, int64_t n, const double* w, int64_t k, con
       }
       continue;
     }
-    State<C> st = init_state<C>(rs, n, w, k, start);
+    State<C> st = init_state<C>(rs, n, std::move(total), k, start);
     for (const int64_t v : counted) finish(st, g_out + v * n, inputs_out + v);
     if (!movable.empty()) greedy(rs, n, w, k, st, movable, caps, num_passes, g_out, inputs_out);
   }

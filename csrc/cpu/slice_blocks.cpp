@@ -137,19 +137,32 @@ int64_t slice_group(const int64_t* __restrict ip, const int64_t* __restrict ind,
   return count;
 }
 
-// One group with the 16-bit map (``narrow``, when given) and, if its sources overflow it, with the
-// wide map ``wide()`` (fetched only then). ``narrow`` is cleared after an overflow: the groups of one
-// call are of similar sizes, so the rest would overflow too.
-template <typename MapT, typename Wide>
-int64_t slice_group_any(const int64_t* ip, const int64_t* ind, const int64_t* dp, int64_t n, int64_t num_parent_src,
-                        int64_t* si, int64_t* src_out, int16_t*& narrow, Wide&& wide) {
-  if (narrow != nullptr) {
-    const int64_t count = slice_group<int16_t>(ip, ind, dp, n, num_parent_src, si, src_out, narrow);
-    if (count >= 0) return count;
-    narrow = nullptr;
+// One thread's maps for a run of groups: each group is sliced with the 16-bit map (when tried) and,
+// if its sources overflow it, with the wide map (fetched only then). After an overflow the 16-bit map
+// is dropped: the groups of one call are of similar sizes, so the rest would overflow too.
+template <typename MapT>
+struct GroupSlicer {
+  int64_t num_parent_src;
+  int16_t* narrow = nullptr;
+  MapT* wide = nullptr;
+  std::vector<int16_t> narrow_fallback;
+  std::vector<MapT> wide_fallback;
+
+  GroupSlicer(int64_t num_parent_src_, bool try_narrow) : num_parent_src(num_parent_src_) {
+    if (try_narrow) narrow = scratch_map<int16_t>(num_parent_src, narrow_fallback);
   }
-  return slice_group<MapT>(ip, ind, dp, n, num_parent_src, si, src_out, wide());
-}
+
+  int64_t operator()(const int64_t* ip, const int64_t* ind, const int64_t* dp, int64_t n, int64_t* si,
+                     int64_t* src_out) {
+    if (narrow != nullptr) {
+      const int64_t count = slice_group<int16_t>(ip, ind, dp, n, num_parent_src, si, src_out, narrow);
+      if (count >= 0) return count;
+      narrow = nullptr;
+    }
+    if (wide == nullptr) wide = scratch_map<MapT>(num_parent_src, wide_fallback);
+    return slice_group<MapT>(ip, ind, dp, n, num_parent_src, si, src_out, wide);
+  }
+};
 
 struct Sliced {
   at::Tensor sub_indptr, sub_indices, src_positions, src_nodes;
@@ -207,14 +220,9 @@ Sliced slice_many(const at::Tensor& indptr, const at::Tensor& indices, const at:
   if (num_groups > 1 && num_edges >= kParallelEdges && at::get_num_threads() > 1) {
     std::vector<int64_t> counts(static_cast<size_t>(num_groups));
     at::parallel_for(0, num_groups, 1, [&](int64_t begin, int64_t end) {
-      std::vector<int16_t> narrow_fallback;
-      std::vector<MapT> fallback;
-      int16_t* narrow = try_narrow ? scratch_map<int16_t>(num_parent_src, narrow_fallback) : nullptr;
-      MapT* local = nullptr;
-      auto wide = [&] { return local != nullptr ? local : (local = scratch_map<MapT>(num_parent_src, fallback)); };
+      GroupSlicer<MapT> slice(num_parent_src, try_narrow);
       for (int64_t g = begin; g < end; ++g) {
-        counts[g] = slice_group_any<MapT>(ip, ind, dp + go[g], go[g + 1] - go[g], num_parent_src, si + eo[g],
-                                          sr + bound[g], narrow, wide);
+        counts[g] = slice(ip, ind, dp + go[g], go[g + 1] - go[g], si + eo[g], sr + bound[g]);
       }
     });
     for (int64_t g = 0; g < num_groups; ++g) {
@@ -222,15 +230,10 @@ Sliced slice_many(const at::Tensor& indptr, const at::Tensor& indices, const at:
       so[g + 1] = so[g] + counts[g];
     }
   } else {
-    std::vector<int16_t> narrow_fallback;
-    std::vector<MapT> fallback;
-    int16_t* narrow = try_narrow ? scratch_map<int16_t>(num_parent_src, narrow_fallback) : nullptr;
-    MapT* local = nullptr;
-    auto wide = [&] { return local != nullptr ? local : (local = scratch_map<MapT>(num_parent_src, fallback)); };
+    GroupSlicer<MapT> slice(num_parent_src, try_narrow);
     for (int64_t g = 0; g < num_groups; ++g) {
       start[g] = so[g];
-      so[g + 1] = so[g] + slice_group_any<MapT>(ip, ind, dp + go[g], go[g + 1] - go[g], num_parent_src, si + eo[g],
-                                                sr + so[g], narrow, wide);
+      so[g + 1] = so[g] + slice(ip, ind, dp + go[g], go[g + 1] - go[g], si + eo[g], sr + so[g]);
     }
   }
   const int64_t num_src = so[num_groups];
