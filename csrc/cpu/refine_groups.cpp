@@ -22,6 +22,8 @@
 
 namespace {
 
+constexpr int64_t kAhead = 8;  // seeds whose top-layer rows build_reaches prefetches ahead
+
 // Reach entries hold nodes relabelled in order of first use (which changes no count, hence not the
 // result): seeds in locality order then touch nearby count rows, which keeps the passes in cache.
 // Entries are int32 (the input positions are checked to fit): half the bytes the passes stream.
@@ -75,7 +77,14 @@ Reaches build_reaches(at::TensorList indptrs, at::TensorList indices, const int6
     ind_p.push_back(inds[l].data_ptr<int64_t>());
   }
   int32_t next = 0;
+  const int64_t* top_ip = ip_p[num_layers - 1];
+  const int64_t* top_ind = ind_p[num_layers - 1];
   for (int64_t i = 0; i < n; ++i) {
+    // seeds come in locality order, so their top-layer rows are random reads: fetch the rows a few
+    // seeds ahead (their indptr entries further ahead); measured 4-6% off a top-layer refinement's
+    // call (synth-arxiv, batch 8192, K = 8, cold caches; fetching the rows' second lines too did not help)
+    if (i + 2 * kAhead < n) __builtin_prefetch(top_ip + seeds[i + 2 * kAhead]);
+    if (i + kAhead < n) __builtin_prefetch(top_ind + top_ip[seeds[i + kAhead]]);
     const int64_t start = static_cast<int64_t>(reach.size());
     const int32_t stamp = static_cast<int32_t>(i);
     const int64_t s = seeds[i];

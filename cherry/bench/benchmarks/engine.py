@@ -4,8 +4,9 @@ For each aggregator, the same pre-sampled mini-batches are trained at K = 1 and 
 (fixed K, everything else equal: staging, pipelining, METIS ordering, native ops), (timed without the
 CPU tensor tracker, see `measure_k`; on CUDA under the allocator's statistics), through the Trainer's own loader: batch i + 1 is sampled and
 planned on the loader's thread during step i, as for every user of the engine. Printed per K: median step time and its ratio to K = 1; planning + slicing as a
-share of the step, both the wait on the critical path ("plan wait") and the work itself timed alone
-("plan work", done on the other thread); input-layer redundancy of Cherry's split against a random
+share of the step, both the wait on the critical path ("plan wait") and the work itself ("plan work",
+done on the other thread: the batch planned again on the main thread right after its step, the
+median of the per-step ratios, so each planning time is paired with the step beside it); input-layer redundancy of Cherry's split against a random
 split of the same batch; the memory model's median relative error against the measured peak (after
 its first, uncalibrated, observation). With ``--repeats R`` every configuration runs R times, the
 repeats interleaved (all configurations once, then again), and each figure is the median over repeats
@@ -78,7 +79,8 @@ def measure_k(dataset, spec, warmup: int):
     on_cpu = torch.device(spec.device).type == "cpu"
     with (contextlib.nullcontext(None) if on_cpu else DeviceMemory(spec.device, None)) as memory:
         trainer = Trainer(dataset, spec, memory=memory, probe=probe)
-        planned = []
+        first_blocks = None
+        plan_work_s = []  # the planning itself, off the critical path: timed alone after each step
         with trainer.loader(batches) as loader:
             it = iter(loader)
             for _ in range(len(batches)):
@@ -87,12 +89,13 @@ def measure_k(dataset, spec, warmup: int):
                     batch = next(it)
                 trainer.step(batch.prepared)
                 probe.end_step()
-                planned.append(batch.prepared.blocks)
-        plan_work_s = []  # the planning itself, off the critical path above: timed alone here
-        for blocks in planned[warmup:]:
-            start = time.perf_counter()
-            trainer.executor.plan_batch(blocks, dataset.features)
-            plan_work_s.append(time.perf_counter() - start)
+                first_blocks = first_blocks or batch.prepared.blocks
+                # the same batch planned again right after its step (caches as a step leaves them; the
+                # loader's thread has long finished the next batch), so each planning time is paired
+                # with the step it follows and the share below holds while the machine's load drifts
+                start = time.perf_counter()
+                trainer.executor.plan_batch(batch.prepared.blocks, dataset.features)
+                plan_work_s.append(time.perf_counter() - start)
         trainer.close()
     totals = probe.step_times_s()[warmup:]
     wait = probe.phase_times_s("sample")[warmup:]
@@ -100,9 +103,9 @@ def measure_k(dataset, spec, warmup: int):
     return {
         "step_s": statistics.median(totals),
         "plan_share": statistics.median(p / t for p, t in zip(wait, totals)),
-        "plan_work_share": statistics.median(plan_work_s) / statistics.median(totals),
+        "plan_work_share": statistics.median(p / t for p, t in zip(plan_work_s[warmup:], totals)),
         "estimator_median_rel_error": statistics.median(errors) if errors else None,
-    }, planned[0]
+    }, first_blocks
 
 
 def split_redundancy(blocks, spec, k, rank, balance="memory"):
