@@ -43,7 +43,7 @@ from cherry.ops.planning import _group_shapes_many
 from cherry.planning.memory_model import MemoryModel
 from cherry.planning.shapes import BatchShape
 from cherry.planning.sorting import stable_argsort
-from cherry.planning.split import Candidates, candidate_labels, seed_costs, split_seeds
+from cherry.planning.split import Candidates, candidate_labels, seed_costs, split_order
 from cherry.sampling import Blocks, slice_blocks, slice_blocks_many
 
 
@@ -71,20 +71,22 @@ def _best_plan(blocks: Blocks, order: torch.Tensor, candidates: Candidates, k: i
     ips, inds = [b.indptr for b in layers], [b.indices for b in layers]
     labels, ranking = candidates.labels, candidates.inputs.tolist()
     rows = [0] + [c for c in range(1, len(ranking)) if ranking[c] < ranking[0]]
-    shapes = _group_shapes_many(ips, inds, order, labels[rows], k, layers[0].num_src)  # [rows, K, L, 3]
+    # (few tensor ops: right after a training step each small one costs tens of microseconds)
+    considered = labels if len(rows) == len(ranking) else labels[rows]
+    shapes = _group_shapes_many(ips, inds, order, considered, k, layers[0].num_src)  # [rows, K, L, 3]
     inputs = shapes[:, :, 0, 0].sum(1).tolist()
-    estimates = memory_model.estimate_bytes_many(shapes)  # [rows, K], value for value estimate_bytes
-    largest = estimates.max(1).values.tolist()
+    estimates = memory_model.estimate_bytes_many(shapes).tolist()  # [rows][K], value for value estimate_bytes
+    largest = [max(row) for row in estimates]
     limit = largest[0] * (1 + MAX_GROWTH)
     best = min(range(len(rows)), key=lambda r: (inputs[r] if r == 0 or largest[r] <= limit else math.inf, r))
-    return _sliced(blocks, _groups_of(labels[rows[best]], order, k), memory_model, estimates[best].tolist())
+    sizes = shapes[best, :, -1, 1].tolist()  # each group's seeds: its top layer's destinations
+    return _sliced(blocks, _groups_of(labels[rows[best]], order, k, sizes), memory_model, estimates[best])
 
 
-def _groups_of(row: torch.Tensor, order: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
-    """The K groups of ``order`` that ``row`` labels, each in the order's order (a stable sort by
-    label)."""
-    perm = stable_argsort(row, k)
-    return torch.split(order.index_select(0, perm), torch.bincount(row, minlength=k).tolist())
+def _groups_of(row: torch.Tensor, order: torch.Tensor, k: int, sizes: list[int]) -> tuple[torch.Tensor, ...]:
+    """The K groups of ``order`` that ``row`` labels (``sizes[g]`` entries labelled ``g``), each in
+    the order's order (a stable sort by label)."""
+    return torch.split(order.index_select(0, stable_argsort(row, k)), sizes)
 
 
 class BudgetTooSmallError(ValueError):
@@ -133,9 +135,7 @@ def plan_microbatches(
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
     if not 0 <= safety < 1:
         raise ValueError(f"safety must be in [0, 1), got {safety}")
-    if positions is None:
-        positions = torch.arange(blocks.num_seeds, dtype=torch.int64, device=blocks.seeds.device)
-    n = positions.numel()
+    n = blocks.num_seeds if positions is None else positions.numel()
     if n == 0:
         raise ValueError("cannot plan an empty set of seeds")
     if num_microbatches is not None and not 1 <= num_microbatches <= n:
@@ -146,18 +146,17 @@ def plan_microbatches(
     def build(k: int):
         nonlocal costs
         if k == 1 and whole_batch:  # the batch itself: no ordering, costing or slicing needed
-            return (torch.arange(n, dtype=torch.int64, device=positions.device),), (blocks,), (memory_model.estimate_bytes(BatchShape.of(blocks)),)
+            return (torch.arange(n, dtype=torch.int64, device=blocks.seeds.device),), (blocks,), (memory_model.estimate_bytes(BatchShape.of(blocks)),)
         if costs is None:
             costs = seed_costs(blocks, memory_model)
-        groups = split_seeds(positions, costs, k, seed_rank, blocks.seeds, balance)
+        # no positions: every seed, in batch order (split_order skips gathering through the identity)
+        order, sizes, weights = split_order(positions, costs, k, seed_rank, blocks.seeds, balance)
         if not refine or k == 1:
-            return _sliced(blocks, groups, memory_model)
-        order, sizes = torch.cat(groups), [g.numel() for g in groups]
-        weights = (torch.ones(n, dtype=torch.float64) if balance == "count" else costs.index_select(0, order).to(torch.float64))
+            return _sliced(blocks, torch.split(order, sizes), memory_model)
         try:
             return _best_plan(blocks, order, candidate_labels(blocks, order, sizes, weights), k, memory_model)
         except torch.OutOfMemoryError:  # candidates are an optimisation: a device too full keeps the contiguous split
-            return _sliced(blocks, groups, memory_model)
+            return _sliced(blocks, torch.split(order, sizes), memory_model)
 
     if num_microbatches is not None:
         groups, parts, est = build(num_microbatches)

@@ -74,28 +74,49 @@ def split_seeds(positions: torch.Tensor, costs: torch.Tensor, num_groups: int,
     ``costs`` is indexed by position; ``seed_rank``/``seeds`` (global ids by position) define the
     locality order; without them the given order is kept.
     """
-    n = positions.numel()
+    order, sizes, _ = split_order(positions, costs, num_groups, seed_rank, seeds, balance)
+    return tuple(torch.split(order, sizes))
+
+
+def split_order(positions: torch.Tensor | None, costs: torch.Tensor, num_groups: int,
+                seed_rank: torch.Tensor | None = None, seeds: torch.Tensor | None = None,
+                balance: str = "memory") -> tuple[torch.Tensor, list[int], torch.Tensor]:
+    """`split_seeds` as the planner uses it: ``(order, sizes, weights)``, the groups concatenated (the
+    positions in locality order), their sizes and each entry's weight (float64: its cost, or 1 with
+    ``balance="count"``). ``positions=None`` is every seed of the batch (``0 .. len(costs) - 1``) and
+    saves gathering through the identity.
+
+    Why it exists: the planner needs the order and the weights, not the groups, and right after a
+    training step every small tensor op costs tens of microseconds (cold instruction and data
+    caches), so the groups are not cut only to be concatenated again.
+    """
+    n = costs.numel() if positions is None else positions.numel()
     if balance not in BALANCES:
         raise ValueError(f"balance must be one of {BALANCES}, got {balance!r}")
     if not 1 <= num_groups <= max(n, 1):
         raise ValueError(f"number of micro-batches must be in [1, {n}] for {n} seeds, got {num_groups}")
     if seed_rank is not None and seeds is not None:
-        keys = seed_rank.index_select(0, seeds.index_select(0, positions))  # a rank is below its length
-        positions = positions.index_select(0, stable_argsort(keys, seed_rank.numel()))
-    if num_groups == 1:
-        return (positions,)
+        keys = seed_rank.index_select(0, seeds if positions is None else seeds.index_select(0, positions))
+        perm = stable_argsort(keys, seed_rank.numel())  # a rank is below its length
+        order = perm if positions is None else positions.index_select(0, perm)
+    else:
+        order = torch.arange(n, device=costs.device) if positions is None else positions
     if balance == "count":
         weights = torch.ones(n, dtype=torch.float64)
     else:
-        weights = costs.index_select(0, positions).to(torch.float64).cpu()  # the cuts are found on the host
-    cum = torch.cumsum(weights, 0)
-    targets = cum[-1] * torch.arange(1, num_groups, dtype=torch.float64) / num_groups
+        weights = costs.index_select(0, order).to(torch.float64)
+    if num_groups == 1:
+        return order, [n], weights
+    cum = torch.cumsum(weights.cpu(), 0)  # the cuts are found on the host
+    total = float(cum[-1])
+    # (total * j) / K for j = 1 .. K - 1, as the float64 tensor ops cum[-1] * arange(1, K) / K round
+    targets = torch.tensor([total * j / num_groups for j in range(1, num_groups)], dtype=torch.float64)
     bounds = [0]
     for j, cut in enumerate(torch.searchsorted(cum, targets, right=True).tolist(), start=1):
         # every group non-empty: cut j lies in [j, n - (num_groups - j)], strictly above cut j - 1
         bounds.append(min(max(cut, j, bounds[-1] + 1), n - num_groups + j))
     bounds.append(n)
-    return tuple(positions[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
+    return order, [b - a for a, b in zip(bounds[:-1], bounds[1:])], weights
 
 
 @dataclass(frozen=True)
@@ -123,7 +144,7 @@ def candidate_labels(blocks: Blocks, order: torch.Tensor, sizes: list[int], weig
     if not tolerances or min(tolerances) < 0:
         raise ValueError(f"tolerances must be a non-empty tuple of numbers >= 0, got {tolerances}")
     device = order.device
-    contiguous = torch.cat([torch.full((s,), g, dtype=torch.int64, device=device) for g, s in enumerate(sizes)])
+    contiguous = torch.repeat_interleave(torch.arange(k, device=device), torch.tensor(sizes, device=device))
     heaviest = float(torch.bincount(contiguous, weights=weights, minlength=k).max())
     caps = [heaviest * (1.0 + t) for t in tolerances]
     c = len(caps)
@@ -133,15 +154,17 @@ def candidate_labels(blocks: Blocks, order: torch.Tensor, sizes: list[int], weig
     # one build of the top layer's one-hop reaches counts the contiguous and the strided split (seed i
     # of the locality order in group i mod K: every run of neighbours the order put together broken
     # up) and refines the contiguous split on the top layer
+    # (rows: the contiguous split counted, refined under each cap, then the strided split counted, so
+    # the candidates are the first c + 1 rows as they come)
     strided = torch.arange(order.numel(), device=device) % k
-    top_rows = torch.cat([torch.stack([contiguous, strided]), contiguous.expand(c, -1)])
+    top_rows = torch.stack([contiguous] * (c + 1) + [strided])
     top_labels, top_counts = _refine_groups_many([top.indptr], [top.indices], order, top_rows, weights, k,
-                                                 top.num_src, [UNREFINED_CAP] * 2 + caps, LOCAL_PASSES)
-    if int(top_counts[0]) < LOCALITY_RATIO * int(top_counts[1]):
+                                                 top.num_src, [UNREFINED_CAP] + caps + [UNREFINED_CAP], LOCAL_PASSES)
+    counts = top_counts.tolist()
+    if counts[0] < LOCALITY_RATIO * counts[-1]:
         # a batch with locality: the contiguous split refined on the top layer, ranked by its top-layer
         # sources; growing and every input-layer reach build would cost far more than they gain here
-        return Candidates(torch.cat([contiguous.unsqueeze(0), top_labels[2:]]),
-                          torch.cat([top_counts[:1], top_counts[2:]]), exact=False)
+        return Candidates(top_labels[:-1], top_counts[:-1], exact=False)
     grown = _grow_groups(top.indptr, top.indices, order, weights, k)
     descended, top_inputs = _refine_groups_many([top.indptr], [top.indices], order, grown.expand(c, -1),
                                                 weights, k, top.num_src, caps, TOP_PASSES)
