@@ -20,14 +20,18 @@ redundancy above the contiguous split's and keeps the memory balance. Only the c
 sliced.
 
 Cost, measured on synth-arxiv, batch 8192, fanouts (10, 25), K = 8, one thread (a batch with
-locality; wall time per stage, medians of 150-200 plans with the caches evicted before each, on a
-shared 2-core machine): seed costs 0.3 ms (one `tree_costs` call; 0.85 as tensor ops), the split 0.6
-(a 16-bit radix sort by rank; torch's merge sort took 0.3-0.45 alone), the candidates 2.5-3.0 (the
-top layer's refinement 2.1-2.6 of it), `group_shapes_many` of the four candidates 1.1-1.3, slicing
-the choice 3.4-3.9 (both layers; a 16-bit renumbering map per group), the rest about 0.5. Against
-Betty's partitioning of the same batch (`cherry bench planner`, five runs interleaved with `cherry
-bench engine`): 10.9 ms [10.2, 12.0] vs 118.6 ms, 10.8x [9.6, 12.3], and 5.6% [4.8, 6.9] of a CPU
-step (mean, hidden 128): the 5% issue 13 asks for is reached in one run of five, not in the median.
+locality; wall time per stage at cb6fa5e, medians of 167 plans with the caches evicted before each,
+on a shared 2-core machine): seed costs 0.2 ms (one `tree_costs` call), the split 0.3-0.4 (a 16-bit
+radix sort by rank), the candidates 2.0-2.1 (the top layer's refinement 1.8-1.9 of it),
+`group_shapes_many` of the four candidates 0.8, slicing the choice 1.8-1.9 (both layers; a 16-bit
+renumbering map per group, both cache lines of each row prefetched), in all 5.5-5.9. Right after a
+training step every small tensor op costs tens of microseconds, so the locality path keeps them few
+(`split_order`, one stack of the top layer's rows, one read-back of the estimates). Against Betty's
+partitioning of the same batch (`cherry bench planner`, five runs interleaved with `cherry bench
+engine`, which plans each batch again right after its step): 5.6 ms [5.1, 6.3] vs 80.2 ms, 14.1x
+[13.3, 15.5], and 4.8% [4.7, 4.9] of a CPU step (mean, hidden 128), within the 5% issue 13 asks for
+in all five runs; 6de579d's planner, timed the same way in five runs alternating with these
+(cb6fa5e's), took 5.3% [5.0, 5.4].
 A batch without locality pays the input-layer refinements (a reach build per call, linear in the
 seeds' sampled trees, each pass times K): see the README's Planner paragraph.
 """
