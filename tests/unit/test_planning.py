@@ -67,7 +67,6 @@ def test_split_partitions_and_balances(batch):
         split_seeds(positions, costs, 2, balance="nope")
 
 
-
 @pytest.mark.parametrize("balance", ["memory", "count"])
 def test_split_order_is_split_seeds_concatenated_and_no_positions_is_every_seed(batch, balance):
     """The planner's `split_order` gives split_seeds' groups concatenated, their sizes and each entry's
@@ -88,6 +87,7 @@ def test_split_order_is_split_seeds_concatenated_and_no_positions_is_every_seed(
     subset = torch.randperm(blocks.num_seeds, generator=torch.Generator().manual_seed(0))[:50]
     order, sizes, _ = split_order(subset, costs, 4, balance=balance)
     assert torch.equal(order, subset) and sum(sizes) == 50 and min(sizes) >= 1
+
 
 def test_plan_invariants(batch):
     _, blocks, spec = batch

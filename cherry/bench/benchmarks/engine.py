@@ -89,7 +89,8 @@ def measure_k(dataset, spec, warmup: int):
                     batch = next(it)
                 trainer.step(batch.prepared)
                 probe.end_step()
-                first_blocks = first_blocks or batch.prepared.blocks
+                if first_blocks is None:
+                    first_blocks = batch.prepared.blocks
                 # the same batch planned again right after its step (caches as a step leaves them; the
                 # loader's thread has long finished the next batch), so each planning time is paired
                 # with the step it follows and the share below holds while the machine's load drifts
