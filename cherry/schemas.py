@@ -3,10 +3,16 @@ turn a schema violation into the one-line error every input of Cherry promises.
 
 Schemas may refer to each other by file name (``$ref: run.schema.yaml#/...``); references resolve
 inside ``workflow/schemas``.
+
+One rule holds for every schema, whatever its keys (`number_problem`): every number is finite and every
+integer fits a signed 64-bit integer. JSON Schema bounds cannot say it (``minimum`` is false for NaN and
+true for infinity), while Python's ``json`` and YAML read ``NaN``, ``Infinity``, ``.nan`` and ``.inf``;
+so a key added to a schema later gets the rule without saying so.
 """
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 from cherry.paths import SCHEMA_DIR, schema_path
@@ -15,6 +21,41 @@ from cherry.paths import SCHEMA_DIR, schema_path
 def one_line(text: Any) -> str:
     """``text`` with every run of whitespace (newlines included) folded into one space."""
     return " ".join(str(text).split())
+
+
+INT64_MAX = 2**63 - 1
+_VALUE_CHARS = 60  # of a bad value echoed in a message (a 50 MB value must not make a 50 MB line)
+
+
+def short_repr(value: Any, limit: int = _VALUE_CHARS) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, saying how many were left out."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else f"<an integer of {len(str(value))} digits>"
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def number_problem(data: Any) -> str | None:
+    """The key path and value of the first number in ``data`` (nested dicts and lists) that is not
+    finite, or an integer beyond a signed 64-bit one, as ``"<path>: <why>"``; None if there is none.
+
+    Iterative, so a deeply nested input cannot overflow the stack here."""
+    stack: list[tuple[tuple, Any]] = [((), data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            where = "/".join(map(str, path)) or "(top level)"
+            return f"{where}: {value!r} is not a finite number (expected a finite number)"
+        if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            where = "/".join(map(str, path)) or "(top level)"
+            return f"{where}: {short_repr(value)} does not fit a 64-bit integer (expected at most {INT64_MAX})"
+        if isinstance(value, dict):
+            stack.extend(((*path, k), v) for k, v in reversed(list(value.items())))
+        elif isinstance(value, (list, tuple)):
+            stack.extend(((*path, i), v) for i, v in reversed(list(enumerate(value))))
+    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,12 +88,17 @@ def schema_problem(data: Any, name: str, what: str) -> str | None:
     """
     import jsonschema
 
+    numbers = number_problem(data)
+    if numbers is not None:
+        return one_line(f"invalid {what}: key {numbers}")
     errors = list(_validator(name).iter_errors(data))
     if not errors:
         return None
     best = jsonschema.exceptions.best_match(errors)
     where = "/".join(str(p) for p in best.absolute_path) or "(top level)"
     message = best.message
+    if len(message) > 4 * _VALUE_CHARS:  # the schema's message echoes the value, however long
+        message = f"{message[:4 * _VALUE_CHARS]}... ({len(message) - 4 * _VALUE_CHARS} more characters)"
     if best.validator == "additionalProperties":
         allowed = sorted(best.schema.get("properties", {}))
         message += f" (allowed keys: {', '.join(allowed)})"
