@@ -112,3 +112,27 @@ def check_schema(data: Any, name: str, what: str, error: type[Exception] = Value
     problem = schema_problem(data, name, what)
     if problem is not None:
         raise error(problem)
+
+
+def load_yaml_strict(path: str, what: str = "config") -> Any:
+    """Parse the YAML file at ``path`` like ``yaml.safe_load``, but a mapping that repeats a key (which
+    YAML loaders resolve silently, the last one winning) raises ValueError with one line naming the file,
+    the key and its line."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ValueError(f"{what} {str(path)!r} repeats the key {key!r} (line {key_node.start_mark.line + 1}): "
+                                 "expected each key once")
+            seen.add(key)
+        return loader.construct_mapping(node, deep=deep)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    with open(path, encoding="utf-8") as f:
+        return yaml.load(f, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass

@@ -91,6 +91,17 @@ def test_a_huge_value_is_not_echoed_in_full(tmp_path, capsys):
     assert "key model" in err and len(err) < 2000 and "more characters" in err
 
 
+def test_a_yaml_config_that_repeats_a_key_is_refused(tmp_path):
+    from cherry.schemas import load_yaml_strict
+
+    path = tmp_path / "config.yaml"
+    path.write_text("run:\n  lr: 0.01\n  hidden: 16\n  lr: 0.5\nthreads: 1\n")
+    with pytest.raises(ValueError, match=r"repeats the key 'lr' \(line 4\): expected each key once"):
+        load_yaml_strict(str(path))
+    path.write_text("run:\n  lr: 0.01\nother:\n  lr: 0.5\n")  # the same key in two mappings is fine
+    assert load_yaml_strict(str(path)) == {"run": {"lr": 0.01}, "other": {"lr": 0.5}}
+
+
 # -- 1. a loss that becomes non-finite ----------------------------------------------------------
 
 

@@ -151,6 +151,16 @@ def test_invalid_config_stops_with_one_line_before_any_job(tmp_path, change, fra
     assert not (tmp_path / "results").exists() and not (tmp_path / "data").exists()
 
 
+def test_a_config_repeating_a_key_stops_with_one_line(tmp_path):
+    write_config(tmp_path, tiny_config(tmp_path / "data"))
+    path = tmp_path / "config" / "config.yaml"
+    path.write_text(path.read_text() + "threads: 2\n")  # YAML would keep the last one silently
+    result = snakemake(tmp_path, "--cores", "1")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("cherry workflow:")]
+    assert result.returncode != 0 and len(errors) == 1 and "repeats the key 'threads'" in errors[0], result.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_lint_is_clean():
     result = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True,
                             timeout=120)
