@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 EXIT_OK, EXIT_FAULT, EXIT_BAD_INPUT, EXIT_OOM, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 _LINE_CHARS = 1000  # of one error line: a value of 50 MB is cut, not echoed
 _ALLOCATOR = re.compile(r"DefaultCPUAllocator|can't allocate memory|Cannot allocate memory|not enough memory|"
-                        r"std::bad_alloc|out of memory", re.IGNORECASE)
+                        r"std::bad_alloc|out of memory|Storage size calculation overflowed", re.IGNORECASE)
 
 
 class LossDiverged(ArithmeticError):
@@ -93,8 +93,8 @@ def fault_line(exc: BaseException) -> Optional[str]:
         return "an input is nested too deeply to read (RecursionError); expected a shallower structure"
     if is_allocator_error(exc):
         detail = cut(str(exc).split("\n")[0], 200) or type(exc).__name__
-        return (f"out of host memory ({detail}); expected sizes this machine can hold: lower --hidden, "
-                "--batch-size, --fanouts or --num-layers")
+        return (f"out of host memory, cannot allocate ({detail}); expected sizes this machine can hold: "
+                "lower --hidden, --batch-size, --fanouts or --num-layers")
     return None
 
 

@@ -166,6 +166,25 @@ def test_the_boundary_makes_each_fault_one_line(exc, code, words, capsys):
     assert err.startswith("prog: error: ") and all(w in err for w in words), err
 
 
+@pytest.mark.parametrize("hidden", ["35184372088832", "3000000000000000000"])
+def test_a_hidden_width_beyond_host_memory_is_one_line(hidden, data_root, capsys):
+    # 2**45: an allocation of petabytes (refused at once, whatever the overcommit); 3e18: a size overflow
+    assert main(["train", *TINY, "--hidden", hidden, "--quiet", "--root", str(data_root)]) == EXIT_FAULT
+    err = last_line(capsys)
+    assert err.startswith("cherry: error: out of host memory, cannot allocate (") and "--hidden" in err, err
+
+
+def test_a_manifest_that_is_a_directory_is_one_line(synth_tiny, data_root, tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(data_root / "synth_tiny", tmp_path / "synth_tiny")
+    manifest = tmp_path / "synth_tiny" / "cherry" / "manifest.json"
+    manifest.unlink()
+    manifest.mkdir()
+    assert main(["data", "info", "synth-tiny", "--root", str(tmp_path)]) == EXIT_FAULT
+    assert one_line_error(capsys) == f"cherry: error: {str(manifest)!r}: Is a directory"
+
+
 def test_the_boundary_keeps_the_traceback_of_a_bug():
     def body():
         raise RuntimeError("a bug")
