@@ -42,6 +42,9 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+_LONGEST_ALARM_S = 100 * 365 * 86400.0
+
+
 class RunTimeout(BaseException):
     """The run exceeded ``timeout_s`` (a BaseException so a system's ``except Exception`` cannot eat it)."""
 
@@ -87,7 +90,8 @@ class _Deadline:
         self.start = time.monotonic()
         if self.timeout_s is not None and hasattr(signal, "setitimer"):
             signal.signal(signal.SIGALRM, self._fire)
-            signal.setitimer(signal.ITIMER_REAL, self.timeout_s)
+            # beyond a century the alarm cannot fire in a run, and setitimer overflows time_t near 1e10 s
+            signal.setitimer(signal.ITIMER_REAL, min(self.timeout_s, _LONGEST_ALARM_S))
             self._armed = True
 
     def disarm(self) -> None:

@@ -134,6 +134,14 @@ def test_runner_records_a_diverged_run_with_its_step(data_root, tmp_path, capsys
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_a_huge_finite_timeout_does_not_overflow_the_alarm(data_root, tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**TINY_SPEC, "timeout_s": 1e30, "steps": 1, "root": str(data_root)}))
+    out = tmp_path / "record.json"
+    assert run_main(["--spec", str(spec), "--out", str(out), "--quiet"]) == 0
+    assert json.loads(out.read_text())["status"] == "ok"  # was: error, setitimer's OverflowError
+
+
 def test_report_accepts_the_diverged_status():
     from cherry.bench.record import STATUSES
     from cherry.schemas import load_schema
