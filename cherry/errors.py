@@ -5,6 +5,7 @@ through `run_boundary`, which turns what escapes it into one line ``<prog>: erro
 an exit status, never a traceback:
 
     2  bad input: ValueError, TypeError, FileNotFoundError (the message names the value or file)
+    3  out of device memory: torch.OutOfMemoryError that the command did not turn into a result
     4  training diverged: `LossDiverged` (the loss became NaN or infinite; the step is named)
     1  an environment fault: any other OSError (disk full, permission, not a directory; the path is
        named), RecursionError (an input nested too deeply), MemoryError or an allocator error (host
@@ -114,6 +115,9 @@ def run_boundary(prog: str, body: Callable[[], Optional[int]]) -> int:
         print(f"{prog}: error: {line or cut(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (OSError, RecursionError, MemoryError, RuntimeError) as exc:
+        if type(exc).__name__ == "OutOfMemoryError":  # torch's: the (emulated) device, not the host
+            print(f"{prog}: out of memory: {cut(str(exc).split(chr(10))[0], 300)}", file=sys.stderr)
+            return EXIT_OOM
         line = fault_line(exc)
         if line is None:
             raise

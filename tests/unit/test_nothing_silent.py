@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from cherry.bench.run import main as run_main
 from cherry.cli import main
@@ -163,6 +164,7 @@ def test_report_accepts_the_diverged_status():
     (RuntimeError("[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: not enough memory: you tried "
                   "to allocate 9999999 bytes."), EXIT_FAULT, ["out of host memory", "DefaultCPUAllocator"]),
     (LossDiverged(float("nan"), 3), EXIT_DIVERGED, ["at step 3"]),
+    (torch.OutOfMemoryError("emulated device: 2 MiB asked, 1 MiB free\nmore"), 3, ["out of memory"]),
     (ValueError("bad\nvalue"), EXIT_BAD_INPUT, ["bad value"]),
 ])
 def test_the_boundary_makes_each_fault_one_line(exc, code, words, capsys):
@@ -171,7 +173,8 @@ def test_the_boundary_makes_each_fault_one_line(exc, code, words, capsys):
 
     assert run_boundary("prog", body) == code
     err = one_line_error(capsys)
-    assert err.startswith("prog: error: ") and all(w in err for w in words), err
+    prefix = "prog: out of memory: " if code == 3 else "prog: error: "
+    assert err.startswith(prefix) and all(w in err for w in words), err
 
 
 @pytest.mark.parametrize("hidden", ["35184372088832", "3000000000000000000"])
