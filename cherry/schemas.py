@@ -29,7 +29,9 @@ _VALUE_CHARS = 60  # of a bad value echoed in a message (a 50 MB value must not 
 
 def short_repr(value: Any, limit: int = _VALUE_CHARS) -> str:
     """``repr(value)`` cut to about ``limit`` characters, saying how many were left out."""
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else f"<an integer of {len(str(value))} digits>"
+    if isinstance(value, int) and abs(value) >= 10**limit:  # str() of a huge int is slow, or refused
+        return f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+    text = repr(value)
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text) - limit} more characters)"

@@ -114,8 +114,8 @@ def check_edge_rows(path: Path, declared: int, chunk_rows: int = 4_000_000) -> N
                 bad = ~np.isfinite(values) | (values != np.floor(values))
                 if bad.any():
                     row, column = (int(i) for i in np.argwhere(bad)[0])
-                    raise ValueError(f"{path} holds {values[row, column].item()!r} at row {rows + row}, column {column}; "
-                                     "expected integer node ids")
+                    raise ValueError(f"{path} holds {values[row, column].item()!r} at row {rows + row}, "
+                                     f"column {column}; expected integer node ids")
             elif values.dtype.kind not in "iu":
                 raise ValueError(f"{path} holds values that are not integers: expected integer node ids")
             rows += len(values)
