@@ -143,12 +143,21 @@ def test_a_huge_finite_timeout_does_not_overflow_the_alarm(data_root, tmp_path):
     assert json.loads(out.read_text())["status"] == "ok"  # was: error, setitimer's OverflowError
 
 
-def test_report_accepts_the_diverged_status():
-    from cherry.bench.record import STATUSES
-    from cherry.schemas import load_schema
+def test_report_accepts_the_diverged_status(tmp_path):
+    from tests.unit.test_bench_measure import PROVENANCE, SPEC
 
-    assert "diverged" in STATUSES
-    assert "diverged" in load_schema("record")["properties"]["status"]["enum"]
+    from cherry.bench.aggregate import collect_records, to_csv_bytes
+    from cherry.bench.record import RunMeasurements, build_record
+    from cherry.report import tables
+    from cherry.report.summary import render_summary
+
+    reason = "training diverged: the loss became nan at step 2 (epoch 0)"
+    spec = SPEC.replace(experiment="sensitivity", axis="hidden")  # text columns a one-row table keeps as text
+    record = build_record(spec, RunMeasurements(status="diverged", reason=reason), PROVENANCE)
+    (tmp_path / "r.json").write_text(json.dumps(record))
+    (tmp_path / "runs.csv").write_bytes(to_csv_bytes(collect_records([tmp_path / "r.json"])))
+    text = render_summary(tables.load_table(tmp_path / "runs.csv"), [])
+    assert "Outcomes: diverged 1." in text and "| diverged | training diverged: the loss became nan at step 2" in text
 
 
 # -- 2. one error boundary ----------------------------------------------------------------------
