@@ -12,11 +12,13 @@
 # checked against the run schema, before any job runs; a bad config stops here with one line.
 import sys
 
+import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 from cherry.bench.experiments import describe_config_error
 from cherry.bench.recovery import claim_lock, release_stale_lock, set_aside_corrupt_records
+from cherry.schemas import load_yaml_strict
 
 min_version("9.0")
 
@@ -28,6 +30,11 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+try:  # YAML keeps the last of a repeated key silently; a config must say each key once
+    for path in workflow.configfiles:
+        load_yaml_strict(path)
+except (ValueError, yaml.YAMLError) as exc:
+    sys.exit(f"cherry workflow: {' '.join(str(exc).split())}")
 try:
     # set_default=False: the run settings' defaults (run.schema.yaml) must not be written into every
     # case's `run:`, where they would override the config's own `run:` defaults.

@@ -10,18 +10,36 @@ from typing import Any, Callable
 import torch
 
 
+# The process's umask, read once: mkstemp creates files 0600, but an output is meant to be as readable
+# as any file the user writes (records are shared with whoever draws the figures).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename, with the mode a plain
+    ``open`` would give. An OSError names ``path`` (not the temporary file, nor none at all, as a
+    failed ``write`` on a full disk would)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None or exc.filename == tmp:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 
@@ -47,6 +65,10 @@ def read_json(path: str | os.PathLike, what: str, error: type[Exception] = Value
         raise error(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise error(f"{what} {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        raise error(f"{what} {str(path)!r} is nested too deeply to read: expected a shallower JSON document") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _jsonable(value: Any) -> Any:
@@ -81,6 +103,8 @@ def cached_tensor(path: str | os.PathLike, compute: Callable[[], torch.Tensor]) 
 def check_writable(path: str | os.PathLike) -> None:
     """Raise ValueError (one line naming ``path``) unless a file can be written there atomically:
     checked before a long run, so its result is not lost at the end."""
+    if str(path) == "":
+        raise ValueError("output '' is empty: expected a file path")
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"output {str(path)!r} is a directory: expected a file path")

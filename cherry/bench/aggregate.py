@@ -32,14 +32,20 @@ def list_columns() -> tuple[str, ...]:
 
 
 def collect_records(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
-    """One row per record file, columns in the schema's order (ValueError naming a bad file)."""
+    """One row per record file, columns in the schema's order (ValueError naming a bad file, or two
+    files holding the same run)."""
     rows = []
+    seen: dict[str, str] = {}
     for path in paths:
         record = read_json(path, "record")
         try:
             validate_record(record)
         except ValueError as exc:
             raise ValueError(f"record {str(path)!r}: {exc}") from None
+        if record["run_id"] in seen:  # a record copied over another run's file: one run twice, one lost
+            raise ValueError(f"record {str(path)!r} holds run {record['run_id']!r}, as {seen[record['run_id']]!r} "
+                             "does: expected one record per run")
+        seen[record["run_id"]] = str(path)
         record["record_path"] = str(path)
         rows.append(record)
     columns = list(record_columns()) + ["record_path"]
@@ -99,4 +105,6 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from cherry.errors import run_boundary
+
+    sys.exit(run_boundary("cherry.bench.aggregate", main))

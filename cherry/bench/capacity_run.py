@@ -148,4 +148,6 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from cherry.errors import run_boundary
+
+    sys.exit(run_boundary("cherry.bench.capacity_run", main))

@@ -135,4 +135,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from cherry.errors import run_boundary
+
+    sys.exit(run_boundary("cherry.bench.profile_syncs", main))

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 from cherry.spec import RunSpec
 
-_RESULT_STATUSES = ("oom", "timeout", "skipped")
+_RESULT_STATUSES = ("oom", "timeout", "skipped", "diverged")
 _LAUNCH_MARGIN_S = 120.0  # above the run's own timeout: start-up of the ranks and the rendezvous
 
 

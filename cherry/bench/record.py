@@ -27,7 +27,7 @@ from cherry.probe import TIMED_PHASES
 from cherry.schemas import load_schema, schema_problem
 from cherry.spec import RunSpec, run_id
 
-STATUSES = ("ok", "oom", "timeout", "skipped", "error")
+STATUSES = ("ok", "oom", "timeout", "skipped", "diverged", "error")
 
 
 @dataclass(frozen=True)

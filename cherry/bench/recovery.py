@@ -5,8 +5,11 @@ running at the kill, is `rerun-incomplete` in profiles/default):
 - a stale lock: `kill -9` of Snakemake leaves `.snakemake/locks/*` behind and the next run stops with
   "Directory cannot be locked". `release_stale_lock` removes it only when the Snakemake that took it
   is provably gone: it was started on this host (`claim_lock` wrote its host, pid and start time),
-  that process no longer exists, and no other Snakemake process works in this directory.
-- a corrupt record (truncated, not JSON, or failing the record schema) is a finished output to
+  that process no longer exists, and no other Snakemake process works in this directory (a process
+  that is itself a Snakemake, `runs_snakemake`: a rerun under `timeout` or `sh -c` is not blocked by
+  its own wrapper, whose arguments mention snakemake).
+- a corrupt record (truncated, not JSON, failing the record schema, or holding another run than its
+  file names: a ``run_id`` that differs from the file's, whose hash covers the spec) is a finished output to
   Snakemake, so the aggregation fails on it forever (and deleting it would not help: Snakemake
   regenerates a missing intermediate file only when a job downstream must run anyway).
   `set_aside_corrupt_records` names each one in one line and moves it to `<record>.corrupt`; those
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Iterable, Optional
@@ -54,8 +58,34 @@ def process_start(pid: int) -> Optional[str]:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+_PYTHON = re.compile(r"^python[0-9.]*$")
+_PYTHON_OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}
+
+
+def runs_snakemake(argv: list[str]) -> bool:
+    """Whether a process with command line ``argv`` is itself a Snakemake: its program is
+    ``snakemake`` (the console script, which the kernel starts as ``python .../bin/snakemake``) or
+    ``python -m snakemake``. Only the program counts, not the arguments: a wrapper that starts one
+    (``timeout``, ``sh -c "snakemake ..."``, ``srun``, ``/usr/bin/time``) is not a Snakemake, nor is
+    a job's script under ``.snakemake/scripts``."""
+    if not argv:
+        return False
+    program = os.path.basename(argv[0])
+    i = 1
+    if _PYTHON.match(program):
+        while i < len(argv) and argv[i].startswith("-") and argv[i] != "-m":
+            i += 2 if argv[i] in _PYTHON_OPTIONS_WITH_VALUE else 1
+        if i >= len(argv):
+            return False
+        if argv[i] == "-m":
+            return i + 1 < len(argv) and argv[i + 1].split(".")[0] == "snakemake"
+        program = os.path.basename(argv[i])
+    return program == "snakemake"
+
+
 def snakemake_processes_in(directory: str | os.PathLike) -> list[int]:
-    """Pids of other processes running Snakemake with ``directory`` as working directory (Linux)."""
+    """Pids of other processes that are a Snakemake (`runs_snakemake`) with ``directory`` as working
+    directory (Linux)."""
     directory = os.path.realpath(directory)
     pids = []
     for entry in Path("/proc").glob("[0-9]*"):
@@ -63,11 +93,11 @@ def snakemake_processes_in(directory: str | os.PathLike) -> list[int]:
         if pid == os.getpid():
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            argv = [os.fsdecode(a) for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
             cwd = os.readlink(entry / "cwd")
         except OSError:
             continue
-        if any(b"snakemake" in arg for arg in argv[:3]) and os.path.realpath(cwd) == directory:
+        if runs_snakemake(argv) and os.path.realpath(cwd) == directory:
             pids.append(pid)
     return pids
 
@@ -118,7 +148,10 @@ def set_aside_corrupt_records(paths: Iterable[str | os.PathLike]) -> list[str]:
         if not path.exists():
             continue
         try:
-            validate_record(json.loads(path.read_text(encoding="utf-8")))
+            record = json.loads(path.read_text(encoding="utf-8"))
+            validate_record(record)
+            if record["run_id"] != path.stem:  # a valid record of another run copied over this one
+                raise ValueError(f"it holds run {record['run_id']!r}, not {path.stem!r}")
         except (OSError, ValueError) as exc:  # JSON and UTF-8 decoding errors are ValueErrors
             aside = corrupt_copy(path)
             os.replace(path, aside)

@@ -10,8 +10,11 @@ epochs, evaluating after each); evaluate; write the record.
 Outcomes (the record is written in every case but a bad spec):
   ok, oom (torch.OutOfMemoryError or a budget too small for one seed), timeout (``timeout_s`` since
   dataset loading, checked between steps and by SIGALRM inside a step), skipped (`SystemUnavailable`,
-  no CUDA, "auto" K for a system that cannot choose it) -> exit 0; any other exception -> status error
-  with a one-line reason, traceback on stderr, exit 1.
+  no CUDA, "auto" K for a system that cannot choose it), diverged (a step's loss became NaN or
+  infinite; the reason names the step) -> exit 0; an environment fault (`cherry.errors.fault_line`:
+  disk full, permission, host memory) -> status error with its one line, exit 1; any other exception
+  -> status error with a one-line reason, traceback on stderr, exit 1. A record that cannot be written
+  after the run is kept elsewhere, and one line says where (exit 1).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import sys
 from typing import Optional
 
 from cherry.bench.runner import EXIT_BAD_SPEC, apply_process_switches, execute
+from cherry.errors import run_boundary
 from cherry.io import check_writable
 from cherry.spec import SpecError, load_spec
 
@@ -31,6 +35,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", required=True, help="where to write the record (JSON)")
     parser.add_argument("--quiet", action="store_true", help="no per-step progress on stderr")
     args = parser.parse_args(argv)
+    return run_boundary("cherry.bench.run", lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec)
         if os.path.realpath(args.out) == os.path.realpath(args.spec):

@@ -21,9 +21,10 @@ import numpy as np
 import torch
 
 from cherry.bench.measure import RunPeakMemory, TimingProbe
-from cherry.bench.record import RunMeasurements, build_record, write_record
+from cherry.bench.record import RunMeasurements, build_record, validate_record
 from cherry.bench.system import SystemUnavailable
 from cherry.data.metrics import SPLITS
+from cherry.errors import LossDiverged, check_loss, cut, fault_line, write_json_keeping
 from cherry.sampling import BatchLoader, sampling_generator, spec_seed_batches
 from cherry.spec import RunSpec, resolve_budget_bytes
 
@@ -39,6 +40,9 @@ def apply_process_switches(spec: RunSpec) -> None:
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+_LONGEST_ALARM_S = 100 * 365 * 86400.0
 
 
 class RunTimeout(BaseException):
@@ -86,7 +90,8 @@ class _Deadline:
         self.start = time.monotonic()
         if self.timeout_s is not None and hasattr(signal, "setitimer"):
             signal.signal(signal.SIGALRM, self._fire)
-            signal.setitimer(signal.ITIMER_REAL, self.timeout_s)
+            # beyond a century the alarm cannot fire in a run, and setitimer overflows time_t near 1e10 s
+            signal.setitimer(signal.ITIMER_REAL, min(self.timeout_s, _LONGEST_ALARM_S))
             self._armed = True
 
     def disarm(self) -> None:
@@ -131,6 +136,7 @@ class _Run:
         self.deadline = _Deadline(spec.timeout_s)
         self.budget_bytes = resolve_budget_bytes(spec)
         self.device = torch.device(spec.device)
+        self.epoch: Optional[int] = None
 
     def _timed_steps(self, system, probe: TimingProbe, loader: BatchLoader, label: Callable[[int], str]) -> list:
         """Step through ``loader``: each step's timing includes the wait for its batch (``sample``)."""
@@ -150,6 +156,7 @@ class _Run:
             self.progress.timings.append(timing)
             self.progress.outcomes.append(outcome)
             outcomes.append((batch.seeds.numel(), outcome))
+            check_loss(outcome.loss, len(self.progress.outcomes), self.epoch)
             self.log(f"[{self.spec.system}] {label(i)} loss={outcome.loss:.4f} K={outcome.num_microbatches} "
                      f"time={timing.total_s:.4f}s")
         return outcomes
@@ -169,6 +176,7 @@ class _Run:
     def _train(self, system, probe: TimingProbe, dataset) -> None:
         spec, p = self.spec, self.progress
         self.generator = sampling_generator(spec.seed)
+        self.epoch = None
         if spec.epochs == 0:
             total = spec.warmup + spec.steps
             with self._loader(system, spec_seed_batches(spec, dataset.train_idx)) as loader:
@@ -178,6 +186,7 @@ class _Run:
                 self._evaluate(system)
             return
         for epoch in range(spec.epochs):
+            self.epoch = epoch
             batches = spec_seed_batches(spec, dataset.train_idx, epoch)
             with self._loader(system, batches) as loader:
                 done = self._timed_steps(system, probe, loader,
@@ -252,6 +261,8 @@ class _Run:
             return "oom", _one_line(exc)
         except SystemUnavailable as exc:
             return "skipped", str(exc)
+        except LossDiverged as exc:
+            return "diverged", str(exc)
         return "ok", None
 
 
@@ -272,9 +283,11 @@ def execute(spec: RunSpec, out_path: str, log: Callable[[str], None]) -> int:
     code = EXIT_OK
     try:
         status, reason = run.execute()
-    except Exception as exc:  # anything but a result (oom, timeout, skipped) fails loudly
-        traceback.print_exc(file=sys.stderr)
-        status, reason, code = "error", _one_line(exc), EXIT_ERROR
+    except Exception as exc:  # anything but a result (oom, timeout, skipped, diverged) fails loudly
+        fault = fault_line(exc)
+        if fault is None:  # a bug: its traceback; an environment fault: its one line is enough
+            traceback.print_exc(file=sys.stderr)
+        status, reason, code = "error", cut(fault or _one_line(exc), 500), EXIT_ERROR
     p = run.progress
     m = RunMeasurements(
         status=status, reason=reason, device=spec.device, budget_bytes=run.budget_bytes,
@@ -289,6 +302,8 @@ def execute(spec: RunSpec, out_path: str, log: Callable[[str], None]) -> int:
         epoch_eval_s=tuple(p.epoch_eval_s), final_accuracy=p.final_accuracy,
         construction=p.construction,
     )
-    write_record(out_path, build_record(spec, m))
+    record = build_record(spec, m)
+    validate_record(record)
+    write_json_keeping(out_path, record)  # a full disk now keeps the finished run elsewhere and says where
     log(f"[{spec.system}] {status}{': ' + reason if reason else ''} -> {out_path}")
     return code

@@ -2,7 +2,8 @@
 
 Each module in `COMMANDS` exposes ``register(subparsers)``, which adds its parser and sets
 ``func`` (taking the parsed namespace, returning an exit code). Bad input surfaces as a one-line
-``cherry: error: ...`` message and exit status 2, never a traceback or a usage block.
+``cherry: error: ...`` message and exit status 2, never a traceback or a usage block; environment
+faults and a diverged training are one line too (`cherry.errors.run_boundary`, exit 1 and 4).
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import importlib
 import sys
 
 from cherry.cli.options import OneLineParser, join_negative_values
+from cherry.errors import run_boundary
 
 COMMANDS = ("data", "train", "verify", "bench")
 
@@ -25,11 +27,7 @@ def build_parser() -> OneLineParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(join_negative_values(list(sys.argv[1:] if argv is None else argv)))
-    try:
-        return int(args.func(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        print(f"cherry: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+    return run_boundary("cherry", lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ line naming the option and what was expected, before any work runs.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from typing import Any, Mapping, Optional
 
@@ -107,9 +108,12 @@ def _convert(key: str, text: Any) -> Any:
             raise SpecError(f"key {key}: expected an integer, got {text!r}") from None
     if key in _NUMBER_KEYS:
         try:
-            return float(text)
+            value = float(text)
         except ValueError:
             raise SpecError(f"key {key}: expected a number, got {text!r}") from None
+        if not math.isfinite(value):  # "1e400" reads as inf: name the text as typed
+            raise SpecError(f"key {key}: {text!r} is not a finite number (expected a finite number)")
+        return value
     if key == "fanouts":
         if not _FANOUTS.match(text.strip()):
             raise SpecError(f"key fanouts: expected comma-separated integers like 10,25 (-1 = all), got {text!r}")

@@ -2,7 +2,9 @@
 
 The options are the run spec's (`cherry.cli.options`). `train` runs the epochs inside the (emulated
 or real) device memory with a progress bar, and turns an out-of-memory into a result (``status:
-"oom"``, exit 3) instead of a crash; ``--json`` writes its summary as strict JSON (no NaN).
+"oom"``, exit 3) instead of a crash; ``--json`` writes its summary as strict JSON (no NaN). A loss that becomes NaN or
+infinite stops the run (`cherry.errors.LossDiverged`, exit 4); any failure after finished epochs still
+writes the summary, with the epochs done and ``status`` naming the failure (diverged, error, ...).
 
 Several ranks (`cherry.execution.distributed`): ``--nproc N`` starts N ranks here (`cherry.launch`);
 under ``torchrun`` or ``srun`` each process is one rank of the launcher's world. Rank 0 prints and
@@ -19,6 +21,7 @@ from dataclasses import asdict
 from typing import Callable
 
 from cherry.cli.options import add_ordering_option, add_spec_options, spec_from_args
+from cherry.errors import EXIT_OOM, LossDiverged, ResultKept, check_loss, cut, fault_line, write_json_keeping
 from cherry.memory import format_size
 from cherry.spec import RunSpec
 
@@ -102,8 +105,9 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world) ->
             for epoch in range(spec.epochs):
                 bar = tqdm(total=trainer.num_steps(epoch), desc=f"epoch {epoch}", disable=not progress, leave=False)
 
-                def on_step(stats, bar=bar):
+                def on_step(stats, bar=bar, epoch=epoch):
                     summary["step_losses"].append(stats.loss)
+                    check_loss(stats.loss, len(summary["step_losses"]), epoch)
                     bar.update(1)
                     bar.set_postfix(loss=f"{stats.loss:.4f}", K=stats.num_microbatches)
 
@@ -117,6 +121,12 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world) ->
                      f"peak={format_size(peak) if peak else 'n/a'} est={format_size(result.estimated_peak_bytes)}")
         except torch.OutOfMemoryError as exc:
             summary.update(status="oom", reason=str(exc).splitlines()[0])
+        except BaseException as exc:  # the epochs done are kept: the caller writes them, then reports exc
+            status = "diverged" if isinstance(exc, LossDiverged) else \
+                "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
+            summary.update(status=status, reason=cut(fault_line(exc) or f"{type(exc).__name__}: {exc}", 300))
+            exc.cherry_summary = _finite(summary)
+            raise
         finally:
             trainer.close()
         if world is not None:
@@ -126,8 +136,17 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world) ->
     return _finite(summary)
 
 
+def _write_summary(path: str, summary: dict) -> None:
+    """Write a failed run's summary; where even that fails, say where it was kept (the run's own error
+    is the one reported)."""
+    try:
+        write_json_keeping(path, summary)
+    except ResultKept as kept:
+        print(f"cherry: {kept}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
-    from cherry.io import check_writable, write_json_atomic
+    from cherry.io import check_writable
     from cherry.launch import RankFailed
 
     spec = spec_from_args(args, args._parser)
@@ -138,20 +157,27 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--device: cuda was asked for, but no CUDA device is available")
     if spec.epochs < 1:
         raise ValueError(f"--epochs: expected an integer >= 1 for training, got {spec.epochs}")
-    if args.json:
+    if args.json is not None:
         check_writable(args.json)  # before the work, not after it
     try:
         summary = train(spec, progress=not args.quiet, echo=lambda line: print(line, flush=True))
     except RankFailed as exc:
         print(f"cherry: error: {exc}", file=sys.stderr)
         return 1
+    except BaseException as exc:  # a failure after finished epochs still writes what was finished
+        partial = getattr(exc, "cherry_summary", None)
+        if args.json is not None and partial is not None and partial.get("rank", 0) == 0:
+            _write_summary(args.json, partial)
+            print(f"cherry: the summary of the {len(partial['epochs'])} epoch(s) done "
+                  f"(status {partial['status']}) is in {args.json}", file=sys.stderr)
+        raise
     if summary.get("rank", 0) != 0:  # under torchrun/srun: rank 0 reports
-        return 3 if summary["status"] == "oom" else 0
-    if args.json:
-        write_json_atomic(args.json, summary)
+        return EXIT_OOM if summary["status"] == "oom" else 0
+    if args.json is not None:
+        write_json_keeping(args.json, summary)
     if summary["status"] == "oom":
         print(f"cherry: out of memory: {summary['reason']}", file=sys.stderr)
-        return 3
+        return EXIT_OOM
     last = summary["epochs"][-1]
     acc = " ".join(f"{k}={last[k]:.4f}" for k in ("valid_acc", "test_acc") if last[k] is not None)
     print(f"done: K={last['max_microbatches']} peak={format_size(last['measured_peak_bytes'] or 0)} {acc}".rstrip())

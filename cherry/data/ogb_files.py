@@ -97,3 +97,28 @@ def declared_edges(files: dict) -> int | None:
     if counts.size != 1:
         raise ValueError(f"{path} must hold one edge count (a single graph), got {counts.size} values")
     return int(counts[0])
+
+
+def check_edge_rows(path: Path, declared: int, chunk_rows: int = 4_000_000) -> None:
+    """The raw edge CSV at ``path`` holds exactly ``declared`` rows of integer ids: OGB's loader keeps
+    the first ``declared`` rows and drops the rest, and casts ``1.5`` to 1, so neither would show in
+    what it returns. Raises a one-line ValueError naming the file, the row and the value."""
+    import numpy as np
+    import pandas as pd
+
+    rows = 0
+    with pd.read_csv(path, compression="gzip", header=None, chunksize=chunk_rows) as chunks:
+        for chunk in chunks:
+            values = chunk.to_numpy()
+            if values.dtype.kind == "f":
+                bad = ~np.isfinite(values) | (values != np.floor(values))
+                if bad.any():
+                    row, column = (int(i) for i in np.argwhere(bad)[0])
+                    raise ValueError(f"{path} holds {values[row, column].item()!r} at row {rows + row}, "
+                                     f"column {column}; expected integer node ids")
+            elif values.dtype.kind not in "iu":
+                raise ValueError(f"{path} holds values that are not integers: expected integer node ids")
+            rows += len(values)
+    if rows > declared:
+        raise ValueError(f"{path} has {rows} edge rows, the dataset declares {declared} "
+                         "(raw/num-edge-list.csv.gz): expected exactly that many")

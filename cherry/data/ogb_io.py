@@ -35,7 +35,7 @@ import numpy as np
 
 from cherry.data import checks
 from cherry.data.checks import SPLITS, UNLABELLED
-from cherry.data.ogb_files import declared_edges, source_files, unreadable_error
+from cherry.data.ogb_files import check_edge_rows, declared_edges, source_files, unreadable_error
 from cherry.data.ogb_csv import format_int_rows, format_sixteenths, write_csv_gz
 from cherry.data.registry import OGB_SPECS, SynthSpec
 from cherry.data.synthetic import SynthArrays
@@ -217,7 +217,10 @@ def read_ogb(name: str, directory: Path, meta_dict: dict | None = None) -> dict:
                 raise
             except Exception as exc:
                 raise unreadable_error(directory, files, exc) from None
-        read = _validated(ds, split, files, declared_edges(files))  # OGB parsed that file already
+        declared = declared_edges(files)
+        read = _validated(ds, split, files, declared)  # OGB parsed that file already
+        if declared is not None and meta_dict is None:  # a user's raw files (generated ones are ours)
+            check_edge_rows(files["edges"], declared)
     except BaseException:
         if wrote_processed:
             processed.unlink(missing_ok=True)

@@ -8,6 +8,7 @@ The per-op cost is a fixed few microseconds of Python, so the ratio is worst on 
 from __future__ import annotations
 
 import argparse
+import sys
 import statistics
 import time
 
@@ -79,4 +80,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from cherry.errors import run_boundary
+
+    sys.exit(run_boundary("cherry.memory.overhead", main))

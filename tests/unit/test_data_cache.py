@@ -154,6 +154,16 @@ def test_verify_finds_non_finite_features(cache_dir, capsys):
     assert re.search(r"features\.npy\) must be finite; node 4, column 2 is inf", _one_line_error(capsys))
 
 
+def test_training_on_non_finite_features_stops_as_diverged(cache_dir, capsys):
+    # not scanned at load (above), but no longer trained silently: the loss becomes NaN, exit 4
+    _rewrite(cache_dir, "features", lambda a: a.fill(np.nan))
+    root = str(cache_dir.parents[1])
+    assert main(["train", "--dataset", "synth-tiny", "--root", root, "--fanouts", "5,10", "--hidden", "16",
+                 "--batch-size", "128", "--max-steps", "2", "--no-eval", "--quiet"]) == 4
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("cherry: error: training diverged: the loss became nan at step 1"), err
+
+
 def test_verify_reports_what_it_checked(cache_dir, capsys):
     assert main(["data", "verify", "synth-tiny", "--root", str(cache_dir.parents[1])]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -67,9 +68,20 @@ def test_lock_of_another_host_or_without_owner_is_kept(tmp_path):
     assert len(lock_files(tmp_path)) == 1
 
 
+def fake_snakemake(directory, body: str):
+    """An executable named ``snakemake`` running ``body`` (Python): the kernel starts it as
+    ``python .../snakemake``, as it starts Snakemake's console script."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "snakemake"
+    path.write_text(f"#!{sys.executable}\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
 def test_lock_is_kept_while_another_snakemake_works_in_the_directory(tmp_path):
     locked(tmp_path, {"host": socket.gethostname(), "pid": dead_pid(), "start": "1"})
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)  # snakemake"], cwd=tmp_path)
+    program = fake_snakemake(tmp_path.parent / f"{tmp_path.name}-bin", "import time; time.sleep(60)")
+    other = subprocess.Popen([str(program)], cwd=tmp_path)
     try:
         deadline = time.monotonic() + 10  # the child's command line is readable once it has started
         while other.pid not in recovery.snakemake_processes_in(tmp_path) and time.monotonic() < deadline:
@@ -79,6 +91,65 @@ def test_lock_is_kept_while_another_snakemake_works_in_the_directory(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.mark.parametrize("wrapper", [["timeout", "60", "{program}"], ["sh", "-c", "{program}; exit $?"]])
+def test_a_rerun_under_a_wrapper_releases_a_dead_snakemakes_lock(wrapper, tmp_path):
+    # the wrapper's arguments mention snakemake, but the wrapper is no Snakemake: the rerun resumes
+    locked(tmp_path, {"host": socket.gethostname(), "pid": dead_pid(), "start": "1"})
+    program = fake_snakemake(tmp_path.parent / f"{tmp_path.name}-bin",
+                             "from cherry.bench.recovery import release_stale_lock; print(release_stale_lock())")
+    command = [part.format(program=program) for part in wrapper]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert result.returncode == 0, result.stderr
+    assert "removed the lock left by a Snakemake that no longer runs" in result.stdout, result.stdout
+    assert lock_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("argv, is_snakemake", [
+    (["/usr/bin/python3", "/venv/bin/snakemake", "--cores", "all"], True),
+    (["python3.11", "-u", "-m", "snakemake", "-n"], True),
+    (["python", "-X", "dev", "-m", "snakemake"], True),
+    (["/venv/bin/snakemake"], True),
+    (["timeout", "600", "snakemake", "--cores", "all"], False),
+    (["sh", "-c", "snakemake --cores all"], False),
+    (["/usr/bin/time", "-v", "snakemake"], False),
+    (["srun", "snakemake"], False),
+    (["python", ".snakemake/scripts/tmpab12.write_spec.py"], False),
+    (["python", "-c", "import time  # snakemake"], False),
+    ([], False),
+])
+def test_a_snakemake_is_known_by_its_own_program(argv, is_snakemake):
+    assert recovery.runs_snakemake(argv) is is_snakemake
+
+
+def test_a_record_holding_another_run_is_corrupt(tmp_path):
+    from tests.unit.test_bench_measure import PROVENANCE, SPEC
+
+    from cherry.bench.record import RunMeasurements, build_record
+
+    record = build_record(SPEC, RunMeasurements(status="ok"), PROVENANCE)
+    own, other = tmp_path / f"{record['run_id']}.json", tmp_path / "breakdown-cherry-synth-tiny-b64-k2-r0-abcdef.json"
+    own.write_text(json.dumps(record))
+    other.write_text(json.dumps(record))  # a valid record copied over another run's file
+    messages = set_aside_corrupt_records([own, other])
+    assert len(messages) == 1 and f"record {other} is corrupt (it holds run {record['run_id']!r}" in messages[0]
+    assert own.exists() and not other.exists() and corrupt_copies([own, other]) == [str(other) + ".corrupt"]
+
+
+def test_the_aggregation_refuses_two_records_of_one_run(tmp_path):
+    from tests.unit.test_bench_measure import PROVENANCE, SPEC
+
+    from cherry.bench.aggregate import collect_records
+    from cherry.bench.record import RunMeasurements, build_record
+
+    record = build_record(SPEC, RunMeasurements(status="ok"), PROVENANCE)
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path in paths:
+        path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=f"b.json' holds run '{record['run_id']}', as '.*a.json' does"):
+        collect_records(paths)
 
 
 def test_claim_records_this_process_when_the_directory_is_free(tmp_path):

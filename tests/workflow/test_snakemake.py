@@ -137,6 +137,9 @@ def test_report_builds_and_a_second_run_has_nothing_to_do(finished):
     ({"bogus": 1}, "key (top level): Additional properties are not allowed ('bogus'"),
     ({"run": {"hidden": -3}}, "key run/hidden"),
     ({"experiments": {"breakdown": [{"dataset": "synth-tiny", "systems": {"dgl": [4]}}]}}, "K must be 1"),
+    # YAML reads .nan and .inf; no schema bound refuses them (the finiteness rule of every schema does)
+    ({"run": {"lr": float("nan")}}, "key run/lr: nan is not a finite number"),
+    ({"run": {"timeout_s": float("inf")}}, "key run/timeout_s: inf is not a finite number"),
 ])
 def test_invalid_config_stops_with_one_line_before_any_job(tmp_path, change, fragment):
     config = {**tiny_config(tmp_path / "data"), **change}
@@ -148,6 +151,16 @@ def test_invalid_config_stops_with_one_line_before_any_job(tmp_path, change, fra
     assert not (tmp_path / "results").exists() and not (tmp_path / "data").exists()
 
 
+def test_a_config_repeating_a_key_stops_with_one_line(tmp_path):
+    write_config(tmp_path, tiny_config(tmp_path / "data"))
+    path = tmp_path / "config" / "config.yaml"
+    path.write_text(path.read_text() + "threads: 2\n")  # YAML would keep the last one silently
+    result = snakemake(tmp_path, "--cores", "1")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("cherry workflow:")]
+    assert result.returncode != 0 and len(errors) == 1 and "repeats the key 'threads'" in errors[0], result.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_lint_is_clean():
     result = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True,
                             timeout=120)
@@ -156,9 +169,18 @@ def test_lint_is_clean():
 
 
 def test_paper_config_plans(tmp_path):
-    # Without the OGB files the config stops before any job, naming the dataset and what to populate
-    absent = snakemake(tmp_path, "-n", "--configfile", str(REPO / "config" / "paper.yaml"), "--cores", "1")
-    assert absent.returncode != 0 and "dataset ogbn-arxiv" in absent.stderr, absent.stderr[-2000:]
+    # Without the OGB files a dry run still plans (a user sees the plan before placing the data), with a
+    # warning naming the dataset; a real run stops before any job with one line naming it
+    paper = str(REPO / "config" / "paper.yaml")
+    absent = snakemake(tmp_path, "-n", "--configfile", paper, "--cores", "1")
+    assert absent.returncode == 0, absent.stderr[-2000:]
+    warnings = [line for line in absent.stderr.splitlines() if line.startswith("cherry workflow: warning:")]
+    assert len(warnings) == 1 and "dataset ogbn-arxiv" in warnings[0], absent.stderr[-2000:]
+    assert "run_benchmark" in absent.stdout + absent.stderr
+    refused = snakemake(tmp_path, "--configfile", paper, "--cores", "1")
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("cherry workflow:")]
+    assert refused.returncode != 0 and len(errors) == 1 and "dataset ogbn-arxiv" in errors[0], refused.stderr[-2000:]
+    assert not (tmp_path / "results").exists()
     # With the files in place (stubs: a dry run reads none of them) every job plans
     import yaml
 

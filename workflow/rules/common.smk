@@ -21,9 +21,24 @@ try:
     RUNS = plan_runs(config)
     SEARCHES = plan_searches(config)  # the memory wall: one largest-batch search per system and K
     CHECKS = verify_checks(config)
-    check_datasets_available(config)  # a real dataset missing from the data root stops here, not in a job
 except ConfigError as exc:
     sys.exit(f"cherry workflow: {exc}")
+
+
+def dry_run():
+    """Whether Snakemake only plans (-n): at parse time its executor is not set up yet, so
+    `workflow.dryrun` still says False; the output settings know."""
+    return bool(getattr(workflow.output_settings, "dryrun", False) or workflow.dryrun)
+
+
+try:
+    check_datasets_available(config)  # a real dataset missing from the data root stops here, not in a job
+except ConfigError as exc:
+    if not dry_run():
+        sys.exit(f"cherry workflow: {exc}")
+    # a dry run only plans: a user on a new cluster sees the plan before placing the data
+    print(f"cherry workflow: warning: {str(exc).replace('invalid config: ', '')} (a dry run plans anyway; "
+          "a run needs the data)", file=sys.stderr)
 
 # Jobs call `python` of the environment that runs Snakemake (a virtualenv need not be activated),
 # so a job's command line, run in that environment, reproduces the job by hand. An environment

@@ -120,9 +120,12 @@ def split_redundancy(blocks, spec, k, rank, balance="memory"):
 
 def run(args: argparse.Namespace) -> int:
     from cherry.data import load_dataset
-    from cherry.io import write_json_atomic
+    from cherry.errors import write_json_keeping
+    from cherry.io import check_writable
     from cherry.planning import seed_rank
 
+    if args.json is not None:
+        check_writable(args.json)  # before the work: a bad path must not lose the results at the end
     aggrs = parse_list(args.aggrs, "aggrs", str)
     ks = parse_list(args.ks, "ks", int)
     if any(k < 1 for k in ks):
@@ -182,6 +185,6 @@ def run(args: argparse.Namespace) -> int:
                   f"{m['plan_work_share']:>9.1%} "
                   f"{ours:>8.2f} {rnd:>8.2f} {('%.1f%%' % (100 * err)) if err is not None else 'n/a':>8}",
                   flush=True)
-    if args.json:
-        write_json_atomic(args.json, {"args": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows})
+    if args.json is not None:
+        write_json_keeping(args.json, {"args": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows})
     return 0

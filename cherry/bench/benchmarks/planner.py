@@ -92,11 +92,14 @@ def measure_batch(blocks, rank, random_rank, ks, spec, repeats: int) -> list[dic
 
 
 def run(args: argparse.Namespace) -> int:
-    from cherry.io import write_json_atomic
+    from cherry.errors import write_json_keeping
+    from cherry.io import check_writable
     from cherry.models import ModelSpec
     from cherry.planning import locality_rank
     from cherry.sampling import NeighborSampler
 
+    if args.json is not None:
+        check_writable(args.json)  # before the work: a bad path must not lose the results at the end
     graphs = [g for g in args.graphs.split(",") if g]
     if not graphs:
         raise ValueError("--graphs must name at least one degree law or dataset")
@@ -125,6 +128,6 @@ def run(args: argparse.Namespace) -> int:
                 cells = {r["system"]: r for r in got if r["k"] == k}
                 print(f"{seeds.numel():>6} {k:>3} " + " ".join(
                     f"{cells[s]['redundancy_input']:>6.3f} {cells[s]['plan_ms']:>7.1f} ms" for s in SYSTEMS), flush=True)
-    if args.json:
-        write_json_atomic(args.json, {"args": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows})
+    if args.json is not None:
+        write_json_keeping(args.json, {"args": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows})
     return 0

@@ -1,0 +1,154 @@
+"""The one error boundary of every entry point, and the faults it knows.
+
+Every command (``cherry ...``, ``python -m cherry.bench.*``, the workflow's scripts) runs its body
+through `run_boundary`, which turns what escapes it into one line ``<prog>: error: ...`` on stderr and
+an exit status, never a traceback:
+
+    2  bad input: ValueError, TypeError, FileNotFoundError (the message names the value or file)
+    3  out of device memory: torch.OutOfMemoryError that the command did not turn into a result
+    4  training diverged: `LossDiverged` (the loss became NaN or infinite; the step is named)
+    1  an environment fault: any other OSError (disk full, permission, not a directory; the path is
+       named), RecursionError (an input nested too deeply), MemoryError or an allocator error (host
+       memory exhausted); a result that could not be written is kept elsewhere (`write_json_keeping`)
+  130  interrupted (Ctrl-C)
+
+Anything else is a bug: its traceback is printed, exit 1. Standard library only (the workflow's
+light scripts import this without torch).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+EXIT_OK, EXIT_FAULT, EXIT_BAD_INPUT, EXIT_OOM, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+_LINE_CHARS = 1000  # of one error line: a value of 50 MB is cut, not echoed
+_ALLOCATOR = re.compile(r"DefaultCPUAllocator|can't allocate memory|Cannot allocate memory|not enough memory|"
+                        r"std::bad_alloc|out of memory|Storage size calculation overflowed", re.IGNORECASE)
+
+
+class LossDiverged(ArithmeticError):
+    """The training loss became NaN or infinite at ``step`` (counted from 1 over the run)."""
+
+    def __init__(self, loss: float, step: int, epoch: Optional[int] = None) -> None:
+        self.loss, self.step, self.epoch = float(loss), int(step), epoch
+        where = f"step {step}" + (f" (epoch {epoch})" if epoch is not None else "")
+        super().__init__(f"training diverged: the loss became {self.loss} at {where}; "
+                         "expected a finite loss (lower the learning rate, or check the features for NaN)")
+
+
+def check_loss(loss: float, step: int, epoch: Optional[int] = None) -> None:
+    """Raise `LossDiverged` unless ``loss`` is finite (NaN compares unequal to itself; inf - inf is NaN)."""
+    value = float(loss)
+    if value - value != 0.0:
+        raise LossDiverged(value, step, epoch)
+
+
+class ResultKept(OSError):
+    """A result could not be written where asked after the work was done; it was kept elsewhere
+    (``kept_at``, or None if it was printed on stdout) and the message says where."""
+
+    def __init__(self, message: str, kept_at: Optional[str]) -> None:
+        super().__init__(message)
+        self.kept_at = kept_at
+
+
+def is_allocator_error(exc: BaseException) -> bool:
+    """An allocation that failed for want of host memory (not the emulated device's budget, which
+    raises torch.OutOfMemoryError and is a result)."""
+    if isinstance(exc, MemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and type(exc).__name__ != "OutOfMemoryError" \
+        and bool(_ALLOCATOR.search(str(exc)))
+
+
+def cut(text: str, limit: int = _LINE_CHARS) -> str:
+    """``text`` on one line, at most about ``limit`` characters."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def os_error_line(exc: OSError) -> str:
+    """``'<path>': <reason>`` (both paths of a rename), or the reason alone when there is no path."""
+    if isinstance(exc, ResultKept) or not exc.strerror:
+        return cut(str(exc) or type(exc).__name__)
+    paths = [p for p in (exc.filename, exc.filename2) if p is not None]
+    where = " -> ".join(repr(os.fsdecode(p)) for p in paths)
+    return cut(f"{where}: {exc.strerror}" if where else exc.strerror)
+
+
+def fault_line(exc: BaseException) -> Optional[str]:
+    """The one line of an environment fault (OSError, RecursionError, MemoryError, allocator error),
+    or None for anything else."""
+    if isinstance(exc, FileNotFoundError) and not exc.strerror:
+        return None  # a bad-input message of cherry's own
+    if isinstance(exc, OSError):
+        return os_error_line(exc)
+    if isinstance(exc, RecursionError):
+        return "an input is nested too deeply to read (RecursionError); expected a shallower structure"
+    if is_allocator_error(exc):
+        detail = cut(str(exc).split("\n")[0], 200) or type(exc).__name__
+        return (f"out of host memory, cannot allocate ({detail}); expected sizes this machine can hold: "
+                "lower --hidden, --batch-size, --fanouts or --num-layers")
+    return None
+
+
+def run_boundary(prog: str, body: Callable[[], Optional[int]]) -> int:
+    """Run ``body`` and return its exit status; what escapes it becomes one line on stderr (see the
+    module docstring for the statuses)."""
+    try:
+        return int(body() or 0)
+    except LossDiverged as exc:
+        print(f"{prog}: error: {cut(str(exc))}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        line = fault_line(exc) if isinstance(exc, FileNotFoundError) else None
+        print(f"{prog}: error: {line or cut(str(exc))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (OSError, RecursionError, MemoryError, RuntimeError) as exc:
+        if type(exc).__name__ == "OutOfMemoryError":  # torch's: the (emulated) device, not the host
+            print(f"{prog}: out of memory: {cut(str(exc).split(chr(10))[0], 300)}", file=sys.stderr)
+            return EXIT_OOM
+        line = fault_line(exc)
+        if line is None:
+            raise
+        print(f"{prog}: error: {line}", file=sys.stderr)
+        return EXIT_FAULT
+
+
+def write_json_keeping(path: str | os.PathLike, obj: Any, write: Optional[Callable[[str, Any], None]] = None) -> None:
+    """Write ``obj`` as JSON at ``path`` (atomically, by ``write``); if that fails after the work was
+    done, keep it in the temporary directory, else the home directory, else print it on stdout, and
+    raise `ResultKept` saying where (one line)."""
+    if write is None:
+        from cherry.io import write_json_atomic as write
+    try:
+        write(path, obj)
+        return
+    except OSError as exc:
+        reason = os_error_line(exc) if exc.filename else f"{str(path)!r}: {exc.strerror or exc}"
+    name = f"cherry-kept-{Path(path).name or 'result'}-{os.getpid()}.json"
+    for directory in (tempfile.gettempdir(), os.path.expanduser("~")):
+        kept = os.path.join(directory, name)
+        try:
+            write(kept, obj)
+        except OSError:
+            continue
+        raise ResultKept(f"cannot write the result to {reason}; it is kept in {kept!r}", kept)
+    print(json.dumps(obj, sort_keys=True, default=str))
+    raise ResultKept(f"cannot write the result to {reason}; nowhere else was writable either, "
+                     "so it was printed on stdout", None)
+
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_DIVERGED", "EXIT_FAULT", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_OOM",
+           "LossDiverged", "ResultKept", "check_loss", "cut", "fault_line", "is_allocator_error", "run_boundary",
+           "write_json_keeping"]
