@@ -166,11 +166,12 @@ def spec_from_dict(data: Mapping[str, Any]) -> RunSpec:
     if data["system"] not in system_names():
         raise SpecError(f"invalid run spec: key system: unknown system {data['system']!r}; "
                         f"known systems: {', '.join(system_names())}")
-    from cherry.data.registry import DATASET_NAMES
+    from cherry.data.sources import dataset_kind
 
-    if data["dataset"] not in DATASET_NAMES:
-        raise SpecError(f"invalid run spec: key dataset: unknown dataset {data['dataset']!r}; "
-                        f"known datasets: {', '.join(DATASET_NAMES)}")
+    try:  # a built-in or registered name, or a directory in OGB's layout (cherry.data.sources)
+        dataset_kind(data["dataset"])
+    except ValueError as exc:
+        raise SpecError(f"invalid run spec: key dataset: {one_line(exc)}") from None
     entry = system_entry(data["system"])
     options = data.get("options") or {}
     _check_options(entry, options)
