@@ -173,6 +173,10 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Accuracy on train/valid/test by layer-wise full-neighbour inference under the same budget."""
         try:
+            if not (hasattr(self.model, "forward_layer") and hasattr(self.model, "spec")):
+                from cherry.execution.block_inference import evaluate_blocks  # a whole-model module
+
+                return evaluate_blocks(self.model, self.dataset, self.spec.num_layers, self.device)
             return evaluate(self.model, self.dataset, self.memory_model, self.budget_bytes, self.device)
         finally:
             self.model.train()
