@@ -25,7 +25,7 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 from cherry.models.dropout import NodeDropout, set_dropout_step
-from cherry.models.exact_dropout import ExactDropout
+from cherry.models.exact_dropout import ExactDropout, node_rows
 
 _DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
 
@@ -62,7 +62,25 @@ def guard_model(model: nn.Module, replace_dropout: bool = True) -> nn.Module:
         exact = ExactDropout(child.p)
         exact.train(child.training)
         setattr(parent, child_name, exact)
+    if not getattr(model, "_cherry_node_rows", False) and any(isinstance(m, ExactDropout) for m in model.modules()):
+        # a whole-model forward(blocks, x): its ExactDropouts read node ids from the call's Blocks
+        model.register_forward_pre_hook(_enter_node_rows)
+        model.register_forward_hook(_leave_node_rows)
+        model._cherry_node_rows = True
     return model
+
+
+def _enter_node_rows(module, args):
+    if args and hasattr(args[0], "layers"):
+        context = node_rows(args[0])
+        context.__enter__()
+        module.__dict__.setdefault("_cherry_contexts", []).append(context)
+
+
+def _leave_node_rows(module, args, output):
+    contexts = module.__dict__.get("_cherry_contexts")
+    if contexts:
+        contexts.pop().__exit__(None, None, None)
 
 
 class _FunctionalWatch(TorchFunctionMode):

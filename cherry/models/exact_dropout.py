@@ -28,9 +28,16 @@ _CALL_SEED_BASE = 1 << 20  # keeps these masks apart from NodeDropout's (layer i
 
 
 @contextlib.contextmanager
-def node_rows(block, layer: int):
-    """While inside, `ExactDropout` reads node ids of its rows from ``block`` (layer ``layer``)."""
-    token = _CONTEXT.set([block, int(layer), 0])
+def node_rows(block, layer: int = 0):
+    """While inside, `ExactDropout` reads the node ids of its rows from ``block`` (a `Block`, layer
+    ``layer``) or from a whole `Blocks` (every layer's source and destination counts are node-row
+    counts, all prefixes of the input nodes)."""
+    if hasattr(block, "layers"):
+        src = block.layers[0].src_nodes
+        sizes = {n for blk in block.layers for n in (blk.num_src, blk.num_dst)}
+    else:
+        src, sizes = block.src_nodes, {block.num_src, block.num_dst}
+    token = _CONTEXT.set([src, frozenset(sizes), int(layer), 0])
     try:
         yield
     finally:
@@ -52,14 +59,14 @@ class ExactDropout(NodeDropout):
             raise ValueError("ExactDropout ran in a micro-batched step outside a layer: its rows' node ids are "
                              "unknown; run each layer inside cherry.models.node_rows(block, layer) (BlockModel "
                              "and cherry.interop do) or use NodeDropout(p)(h, block.dst_nodes, layer)")
-        block, layer_index, calls = context
-        context[2] += 1
+        src, sizes, layer_index, calls = context
+        context[3] += 1
         rows = h.shape[0]
-        if rows not in (block.num_src, block.num_dst):
-            raise ValueError(f"dropout on a tensor of {rows} rows in layer {layer_index}, which has "
-                             f"{block.num_src} source and {block.num_dst} destination nodes: only node rows "
-                             "can be dropped exactly; apply dropout to node features")
+        if rows not in sizes:
+            raise ValueError(f"dropout on a tensor of {rows} rows in layer {layer_index}, whose node-row counts "
+                             f"are {sorted(sizes)}: only node rows can be dropped exactly; apply dropout to "
+                             "node features")
         flat = h.reshape(rows, -1)
         seed_layer = _CALL_SEED_BASE + layer_index * 64 + calls
-        keep = dropout_keep(block.src_nodes[:rows].to(h.device), flat.shape[1], self.p, self.step_seed, seed_layer)
+        keep = dropout_keep(src[:rows].to(h.device), flat.shape[1], self.p, self.step_seed, seed_layer)
         return (flat * keep.to(h.dtype) * (1.0 / (1.0 - self.p))).reshape(h.shape)
