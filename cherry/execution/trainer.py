@@ -111,6 +111,11 @@ class Trainer:
         self.memory_model = MemoryModel.for_model(self.model_spec, fixed_bytes=param_state_bytes + on_device,
                                                   fused_aggregation=extension_available(),
                                                   prefetch_inputs=options.pipeline, device_type=self.device.type)
+        if options.budget_bytes is not None:  # a model the analytic costs cannot price: measure it
+            from cherry.execution.memory_probe import optional_probe
+
+            self.memory_model = optional_probe(self.model, dataset, spec, self.memory_model,
+                                               self.device) or self.memory_model
         rank = seed_rank(dataset, spec.ordering, spec.seed) if options.num_microbatches != 1 else None
         if rank is not None:
             rank = rank.to(self.data.graph.indptr.device)  # indexed by the sampled seeds' ids
