@@ -181,7 +181,8 @@ class Trainer:
             if not (hasattr(self.model, "forward_layer") and hasattr(self.model, "spec")):
                 from cherry.execution.block_inference import evaluate_blocks  # a whole-model module
 
-                return evaluate_blocks(self.model, self.dataset, self.spec.num_layers, self.device)
+                return evaluate_blocks(self.model, self.dataset, self.spec.num_layers, self.device,
+                                       memory_model=self.memory_model, budget_bytes=self.budget_bytes)
             return evaluate(self.model, self.dataset, self.memory_model, self.budget_bytes, self.device)
         finally:
             self.model.train()
