@@ -91,3 +91,20 @@ def test_pyg_gcn_is_exact(synth_tiny):
 
     torch.manual_seed(0)
     assert check_exact(from_pyg(Net()), synth_tiny, num_microbatches=4, batch_size=150).ok
+
+
+def test_interop_benchmark_runs_and_reports_a_ratio(synth_tiny, data_root, tmp_path):
+    ok, reason = dgl_available()
+    if not ok:
+        pytest.skip(reason)
+    import json
+
+    from cherry.cli import main
+
+    out = tmp_path / "interop.json"
+    assert main(["bench", "interop", "--dataset", "synth-tiny", "--root", str(data_root), "--batch-size", "128",
+                 "--fanouts", "3,3", "--hidden", "8", "--steps", "4", "--warmup", "1", "--round", "2",
+                 "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    low, high = result["ratio_interval"]
+    assert low <= result["ratio_dgl_over_cherry"] <= high and result["K"] == 4

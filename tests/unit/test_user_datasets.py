@@ -119,3 +119,16 @@ def test_register_dataset_names_a_users_dataset_everywhere():
         _REGISTERED.pop("ring-reg", None)
     with pytest.raises(SpecError, match="unknown dataset 'ring-reg'"):
         make_spec(dataset="ring-reg")
+
+
+def test_cli_prepares_and_trains_a_directory_by_path(ogb_copy, capsys):
+    from cherry.cli import main
+
+    assert main(["data", "prepare", str(ogb_copy)]) == 0
+    assert capsys.readouterr().out.strip() == str(ogb_copy / "cherry")
+    assert main(["train", "--dataset", str(ogb_copy), "--hidden", "8", "--fanouts", "3,3", "--batch-size", "400",
+                 "--max-steps", "1", "--microbatches", "2", "--quiet"]) == 0
+    assert "done: K=2" in capsys.readouterr().out
+    assert main(["train", "--dataset", str(ogb_copy / "nope"), "--quiet"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "does not exist" in err and len(err.splitlines()) == 1
