@@ -157,3 +157,15 @@ def prepare_directory(directory: Path, force: bool = False) -> Path:
             raise ValueError(f"cannot write the cache {cache_dir_of(directory)}: {exc.strerror}; expected a "
                              "writable dataset directory") from None
     return cache_dir_of(directory)
+
+
+def dataset_slug(name: str) -> str:
+    """A file-name-safe stand-in for a dataset name (the workflow's paths): a plain name is itself; a
+    path becomes ``path-<basename>-<hash of the path>``."""
+    import hashlib
+    import re
+
+    if re.fullmatch(r"[A-Za-z0-9_.-]+", name) and not name.startswith("."):
+        return name
+    base = re.sub(r"[^A-Za-z0-9_-]", "_", Path(name).name) or "dir"
+    return f"path-{base}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
