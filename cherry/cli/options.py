@@ -17,7 +17,8 @@ from cherry.spec import RunSpec, SpecError, spec_from_dict
 
 # spec key -> (extra human option name or None, metavar, help); types are checked by the spec.
 _SPEC_OPTIONS: dict[str, tuple[Optional[str], Optional[str], str]] = {
-    "dataset": (None, "NAME", "dataset name (see `cherry data info`)"),
+    "dataset": (None, "NAME|PATH", "dataset name (see `cherry data info`), a registered name, or a directory "
+                                   "in OGB's layout"),
     "root": (None, "DIR", "data directory (default: $CHERRY_DATA, else <repository>/data)"),
     "model": (None, "NAME", "sage, gcn, gat, mlp or a registered model (default sage)"),
     "aggr": (None, "mean|pool|lstm", "GraphSAGE aggregator (default mean)"),
