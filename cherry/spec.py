@@ -71,6 +71,10 @@ class RunSpec:
     max_steps_per_epoch: Optional[int]
     evaluate: bool
     lr: float
+    optimizer: str
+    weight_decay: float
+    momentum: float
+    input_dropout: float
     timeout_s: Optional[float]
     options: Mapping[str, Any]
     experiment: str
@@ -95,7 +99,8 @@ class RunSpec:
         from cherry.models import ModelSpec
 
         return ModelSpec(self.model, dataset.feature_dim, self.hidden, dataset.num_classes, self.num_layers,
-                         aggr=self.aggr, heads=self.heads, dropout=self.dropout, lstm_impl=self.lstm_impl)
+                         aggr=self.aggr, heads=self.heads, dropout=self.dropout, lstm_impl=self.lstm_impl,
+                         input_dropout=self.input_dropout)
 
     @property
     def ordering(self) -> str:
@@ -166,11 +171,12 @@ def spec_from_dict(data: Mapping[str, Any]) -> RunSpec:
     if data["system"] not in system_names():
         raise SpecError(f"invalid run spec: key system: unknown system {data['system']!r}; "
                         f"known systems: {', '.join(system_names())}")
-    from cherry.data.registry import DATASET_NAMES
+    from cherry.data.sources import dataset_kind
 
-    if data["dataset"] not in DATASET_NAMES:
-        raise SpecError(f"invalid run spec: key dataset: unknown dataset {data['dataset']!r}; "
-                        f"known datasets: {', '.join(DATASET_NAMES)}")
+    try:  # a built-in or registered name, or a directory in OGB's layout (cherry.data.sources)
+        dataset_kind(data["dataset"])
+    except ValueError as exc:
+        raise SpecError(f"invalid run spec: key dataset: {one_line(exc)}") from None
     entry = system_entry(data["system"])
     options = data.get("options") or {}
     _check_options(entry, options)
@@ -182,7 +188,8 @@ def spec_from_dict(data: Mapping[str, Any]) -> RunSpec:
     values["device_memory_bytes"] = _size("device_memory_bytes", values["device_memory_bytes"])
     values["num_microbatches"] = None if values["num_microbatches"] == "auto" else values["num_microbatches"]
     values["dropout"] = float(values["dropout"])
-    values["lr"] = float(values["lr"])
+    for key in ("lr", "weight_decay", "momentum", "input_dropout"):
+        values[key] = float(values[key])
     if values["timeout_s"] is not None:
         values["timeout_s"] = float(values["timeout_s"])
     if entry.whole_batch and values["num_microbatches"] is None:
@@ -212,6 +219,11 @@ def _cross_check(s: RunSpec, entry) -> None:
     if s.model != "mlp" and len(s.fanouts) != s.num_layers:
         fail("fanouts", f"{list(s.fanouts)} has {len(s.fanouts)} values for num_layers={s.num_layers}; "
                         "give one per layer")
+    from cherry.models.registry import known_models
+
+    if s.model not in known_models():
+        fail("model", f"unknown model {s.model!r}; expected one of {', '.join(known_models())} "
+                      "(or register yours with cherry.models.register_model)")
     if s.aggr is not None and s.model != "sage":
         fail("aggr", f"{s.aggr!r} is for model 'sage' only, got model {s.model!r}")
     if s.budget_bytes is not None and s.device_memory_bytes is not None and s.budget_bytes > s.device_memory_bytes:
@@ -259,6 +271,10 @@ def resolve_budget_bytes(spec: RunSpec) -> Optional[int]:
     return max(capacity - int(capacity * BUDGET_RESERVE_FRACTION), 1)
 
 
+# keys added after runs were first named (see `run_id`)
+_LATER_KEYS = ("optimizer", "weight_decay", "momentum", "input_dropout")
+
+
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
 
@@ -275,6 +291,10 @@ def run_id(spec: RunSpec) -> str:
     data.pop("root")
     if data["nproc"] == 1:  # added after runs were named: a one-process run keeps its old name
         data.pop("nproc")
+    defaults = _defaults()
+    for key in _LATER_KEYS:  # likewise: at their defaults they leave earlier runs' names unchanged
+        if data[key] == defaults[key]:
+            data.pop(key)
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:6]
     experiment = spec.experiment or "run"
     if spec.axis:

@@ -233,10 +233,16 @@ def check_datasets_available(config: Mapping[str, Any]) -> None:
     """Raise `ConfigError` (one line naming the dataset and the directory to populate) if a real
     dataset the config uses is not in its data root: before any job runs, not inside one."""
     from cherry.data.datasets import check_available
+    from cherry.data.ogb_dir import source_files
+    from cherry.data.sources import dataset_kind
 
     root = (config.get("data") or {}).get("root")
     for name in datasets_used(config):
         try:
-            check_available(name, root)
+            kind = dataset_kind(name)
+            if kind == "builtin":
+                check_available(name, root)
+            elif kind == "path":
+                source_files(name)  # the directory and its OGB files exist
         except (FileNotFoundError, ValueError) as exc:
             raise ConfigError(f"invalid config: dataset {name}: {' '.join(str(exc).split())}") from None

@@ -10,7 +10,7 @@ import importlib
 
 from cherry.cli.options import fanout_list, positive_int, size_bytes
 
-BENCHMARKS = ("ops", "engine", "systems", "planner")
+BENCHMARKS = ("ops", "engine", "systems", "planner", "interop")
 _PLANNER_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-arxiv,synth-products"
 
 
@@ -103,3 +103,20 @@ def _register_planner(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("planner"))
+
+
+def _register_interop(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("interop", help="step time of a DGL SAGE through from_dgl vs Cherry's SAGE, same batches and K")
+    p.add_argument("--dataset", default="synth-arxiv")
+    p.add_argument("--root", default=None)
+    p.add_argument("--hidden", type=positive_int, default=128)
+    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
+    p.add_argument("--batch-size", type=positive_int, default=1024)
+    p.add_argument("--microbatches", type=positive_int, default=4, help="the fixed K of both")
+    p.add_argument("--steps", type=positive_int, default=20, help="timed steps of each model")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--round", type=positive_int, default=5, help="steps per round (a run, for the interval)")
+    p.add_argument("--threads", type=positive_int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, metavar="OUT")
+    p.set_defaults(func=_runner("interop"))

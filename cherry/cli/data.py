@@ -86,7 +86,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", metavar="NAME", help="one of: " + ", ".join(DATASET_NAMES))
+    parser.add_argument("name", metavar="NAME|PATH", help="one of: " + ", ".join(DATASET_NAMES)
+                        + "; a registered name; or a directory in OGB's node-property layout")
     parser.add_argument("--root", default=None,
                         help="datasets directory (default: $CHERRY_DATA, else <repository>/data)")
     parser.add_argument("--scale", type=float, default=None,

@@ -18,9 +18,10 @@ from cherry.spec import RunSpec, SpecError, spec_from_dict
 
 # spec key -> (extra human option name or None, metavar, help); types are checked by the spec.
 _SPEC_OPTIONS: dict[str, tuple[Optional[str], Optional[str], str]] = {
-    "dataset": (None, "NAME", "dataset name (see `cherry data info`)"),
+    "dataset": (None, "NAME|PATH", "dataset name (see `cherry data info`), a registered name, or a directory "
+                                   "in OGB's layout"),
     "root": (None, "DIR", "data directory (default: $CHERRY_DATA, else <repository>/data)"),
-    "model": (None, "sage|gcn|gat|mlp", "model (default sage)"),
+    "model": (None, "NAME", "sage, gcn, gat, mlp or a registered model (default sage)"),
     "aggr": (None, "mean|pool|lstm", "GraphSAGE aggregator (default mean)"),
     "lstm_impl": (None, "auto|packed|bucketed|steps", "LSTM aggregator implementation (default auto)"),
     "num_layers": ("--layers", "L", "number of layers (default 2)"),
@@ -41,6 +42,10 @@ _SPEC_OPTIONS: dict[str, tuple[Optional[str], Optional[str], str]] = {
     "epochs": (None, "E", "epochs (default 1)"),
     "max_steps_per_epoch": ("--max-steps", "N", "cap on steps per epoch (for quick runs)"),
     "lr": (None, "LR", "learning rate (default 0.003)"),
+    "optimizer": (None, "adam|adamw|sgd", "optimizer (default adam)"),
+    "weight_decay": (None, "WD", "weight decay (default 0)"),
+    "momentum": (None, "M", "momentum of sgd (default 0.9)"),
+    "input_dropout": (None, "P", "dropout on the input features, exact across micro-batches (default 0)"),
     "steps": (None, "N", "measured steps of a benchmark run (epochs 0; default 10)"),
     "warmup": (None, "N", "warm-up steps of a benchmark run (default 2)"),
     "evaluate": (None, "true|false", "layer-wise evaluation after each epoch (default true)"),
@@ -49,7 +54,7 @@ _SPEC_OPTIONS: dict[str, tuple[Optional[str], Optional[str], str]] = {
 SPEC_OPTION_KEYS = tuple(_SPEC_OPTIONS)
 _INTEGER_KEYS = ("num_layers", "hidden", "heads", "batch_size", "nproc", "seed", "epochs", "max_steps_per_epoch", "steps",
                  "warmup")
-_NUMBER_KEYS = ("dropout", "lr", "timeout_s")
+_NUMBER_KEYS = ("dropout", "lr", "timeout_s", "weight_decay", "momentum", "input_dropout")
 _FANOUTS = re.compile(r"^-?\d+(,-?\d+)*$")
 
 

@@ -33,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-eval", dest="evaluate", action="store_const", const="false", default=argparse.SUPPRESS,
                    help="skip the layer-wise evaluation after each epoch (= --evaluate false)")
     p.add_argument("--json", default=None, metavar="OUT", help="write a JSON summary here")
+    p.add_argument("--save", default=None, metavar="DIR",
+                   help="write a checkpoint to DIR after each epoch (atomic) and keep the best-validation model")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue the run checkpointed in DIR (same settings; --epochs may be larger)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run, _parser=p)
 
@@ -59,7 +63,8 @@ def _train_rank(spec_dict: dict, progress: bool) -> dict:
     return train(spec_from_dict(spec_dict), progress, lambda line: print(line, flush=True))
 
 
-def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = print) -> dict:
+def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = print,
+          save_dir=None, resume_dir=None) -> dict:
     """Train every epoch of ``spec``; return a JSON-able summary (``status`` ok or oom).
 
     ``spec.nproc > 1`` outside a launcher starts that many ranks here and returns rank 0's summary;
@@ -67,10 +72,12 @@ def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = pr
     from cherry.launch import launch, process_group, world_from_env
 
     world = world_from_env()
+    if (save_dir or resume_dir) and (spec.nproc > 1 or world is not None):
+        raise ValueError("--save/--resume: checkpoints are for one-process runs (nproc 1)")
     if world is None:
         if spec.nproc > 1:
             return launch(_train_rank, (spec.to_dict(), progress), spec.nproc)[0]
-        return _train(spec, progress, echo, None)
+        return _train(spec, progress, echo, None, save_dir, resume_dir)
     if spec.nproc not in (1, world.world_size):
         raise ValueError(f"--nproc: {spec.nproc} differs from the launcher's world of {world.world_size} ranks")
     lead = world.rank == 0
@@ -78,7 +85,8 @@ def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = pr
         return _train(spec, progress and lead, echo if lead else _silent, world)
 
 
-def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world) -> dict:
+def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world, save_dir=None,
+           resume_dir=None) -> dict:
     import torch
     from tqdm import tqdm
 
@@ -101,8 +109,21 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world) ->
         summary["native_ops"] = extension_status()
         summary["construction"] = trainer.construction.as_dict()
         echo(f"construction: {trainer.construction.where} ({trainer.construction.reason})")
+        saver = None
         try:
-            for epoch in range(spec.epochs):
+            start = 0
+            if resume_dir is not None:
+                start = trainer.resume(resume_dir)
+                summary["resumed_epochs"] = start
+                summary["epochs"] = [dict(e) for e in trainer._resumed["history"]]
+                echo(f"resumed from {resume_dir}: {start} epochs done")
+            if save_dir is not None:
+                from cherry.execution.checkpoint import Checkpointer
+
+                saver = Checkpointer(save_dir, spec)
+                if trainer._resumed is not None:
+                    saver.adopt(trainer._resumed)
+            for epoch in range(start, spec.epochs):
                 bar = tqdm(total=trainer.num_steps(epoch), desc=f"epoch {epoch}", disable=not progress, leave=False)
 
                 def on_step(stats, bar=bar, epoch=epoch):
@@ -115,6 +136,8 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world) ->
                 result = trainer.run_epoch(epoch, on_step)
                 bar.close()
                 summary["epochs"].append({**asdict(result), "wall_s": time.perf_counter() - started})
+                if saver is not None:
+                    saver.save(trainer, result)
                 peak = result.measured_peak_bytes
                 echo(f"epoch {epoch}: loss={result.loss:.4f} train_acc={result.train_acc:.4f} "
                      f"valid_acc={result.valid_acc:.4f} K={result.max_microbatches} "
@@ -131,6 +154,10 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world) ->
             trainer.close()
         if world is not None:
             summary["rank_peak_bytes"] = list(trainer.rank_peak_bytes)
+        evaluated = [e for e in summary["epochs"] if e["valid_acc"] == e["valid_acc"] and e["valid_acc"] is not None]
+        if evaluated:  # the best-validation epoch (what --save keeps as best.pt)
+            best = max(evaluated, key=lambda e: e["valid_acc"])  # the first of equals
+            summary["best"] = {k: best[k] for k in ("epoch", "valid_acc", "test_acc")}
         errors = trainer.memory_model.relative_errors()
         summary["estimator_median_relative_error"] = statistics.median(errors) if errors else None
     return _finite(summary)
@@ -160,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         check_writable(args.json)  # before the work, not after it
     try:
-        summary = train(spec, progress=not args.quiet, echo=lambda line: print(line, flush=True))
+        summary = train(spec, progress=not args.quiet, echo=lambda line: print(line, flush=True),
+                        save_dir=args.save, resume_dir=args.resume)
     except RankFailed as exc:
         print(f"cherry: error: {exc}", file=sys.stderr)
         return 1
@@ -181,4 +209,7 @@ def run(args: argparse.Namespace) -> int:
     last = summary["epochs"][-1]
     acc = " ".join(f"{k}={last[k]:.4f}" for k in ("valid_acc", "test_acc") if last[k] is not None)
     print(f"done: K={last['max_microbatches']} peak={format_size(last['measured_peak_bytes'] or 0)} {acc}".rstrip())
+    if summary.get("best"):
+        b = summary["best"]
+        print(f"best validation: epoch {b['epoch']} valid_acc={b['valid_acc']:.4f} test_acc={b['test_acc']:.4f}")
     return 0

@@ -51,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
     first = spec_seed_batches(spec, dataset.train_idx, epoch=0)[:1]
     with BatchLoader(first, sampling_generator(spec.seed), sampler.sample) as loader:
         blocks = next(iter(loader)).prepared
+    from cherry.execution.exactness import check_functional, guard_model
+
+    guard_model(model)  # a user's model: BatchNorm refused, nn.Dropout made exact, functional dropout refused
+    check_functional(model, blocks.to(spec.device),
+                     dataset.features.index_select(0, blocks.input_nodes).to(spec.device))
     k = min(spec.num_microbatches, blocks.num_seeds)
     rank = seed_rank(dataset, spec.ordering, spec.seed)
     diffs = compare_gradients(model, MemoryModel.for_model(model_spec), blocks, dataset.features, dataset.labels,

@@ -143,6 +143,15 @@ class Dataset:
     def feature_dim(self) -> int:
         return int(self.features.shape[1])
 
+    @classmethod
+    def from_arrays(cls, name: str, edge_index=None, features=None, labels=None, train_idx=None,
+                    valid_idx=None, test_idx=None, **options) -> "Dataset":
+        """A dataset from a user's arrays: ``edge_index`` ``[2, E]`` (or ``csc=(indptr, indices)``),
+        features, labels and the split, validated like prepared data (`cherry.data.arrays`)."""
+        from cherry.data.arrays import dataset_from_arrays
+
+        return dataset_from_arrays(name, edge_index, features, labels, train_idx, valid_idx, test_idx, **options)
+
     def to(self, device: torch.device | str, features: bool = True) -> "Dataset":
         """This dataset with its graph, labels and split on ``device`` (and the features when
         ``features``; left on the host, they are gathered per batch into pinned buffers)."""

@@ -41,8 +41,8 @@ from cherry.sampling.placement import (DEVICE, HOST, ConstructionChoice, choose_
                                        resident_bytes)
 from cherry.spec import RunSpec, resolve_budget_bytes
 
-# parameters, micro-batch gradients, accumulators and Adam's two moments
-_PARAM_COPIES = 5
+# parameters, micro-batch gradients and accumulators; the optimizer's state comes on top
+_PARAM_COPIES = 3
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,17 @@ class Trainer:
     ``memory`` is the (emulated or real) device memory the executor reads peaks from and recovers
     from out-of-memory in; ``probe`` receives phase boundaries (`cherry.probe`). ``construction``:
     ``"auto"`` (chosen, see module docstring), or ``"host"``/``"device"`` to force one.
+
+    ``model``: a module to train instead of the spec's (``model(blocks, x) -> logits``, the layer
+    contract of `docs/library.md`; a DGL or PyG model through `cherry.interop`). It is checked for
+    modules that break exactness first (`cherry.execution.exactness.guard_model`: ``nn.Dropout`` is
+    replaced by its exact equivalent, BatchNorm in training mode refused). The memory model prices it
+    like the spec's model of the same widths until the run calibrates it.
     """
 
     def __init__(self, dataset: Dataset, spec: RunSpec, memory: Optional[DeviceMemoryLike] = None,
-                 probe: Optional[Probe] = None, construction: str = "auto") -> None:
+                 probe: Optional[Probe] = None, construction: str = "auto",
+                 model: Optional[torch.nn.Module] = None) -> None:
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset must be a cherry.data.Dataset, got {type(dataset).__name__}")
         if not isinstance(spec, RunSpec):
@@ -89,15 +96,26 @@ class Trainer:
         self.probe = probe or NullProbe()
         self.budget_bytes = resolve_budget_bytes(spec)
         torch.manual_seed(spec.seed)
-        self.model = build_model(self.model_spec).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=spec.lr)
-        param_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module called as model(blocks, x), got {type(model).__name__}")
+        from cherry.execution.exactness import guard_model
+        from cherry.execution.optim import optimizer_for_spec, state_copies
+
+        self.model = guard_model(model if model is not None else build_model(self.model_spec)).to(self.device)
+        self.optimizer = optimizer_for_spec(self.model.parameters(), spec)
+        param_state_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters()) \
+            * (_PARAM_COPIES + state_copies(spec.optimizer, spec.momentum))
         from cherry.ops import extension_available
 
         options = ExecutorOptions.from_spec(spec, self.budget_bytes)
-        self.memory_model = MemoryModel.for_model(self.model_spec, fixed_bytes=_PARAM_COPIES * param_bytes + on_device,
+        self.memory_model = MemoryModel.for_model(self.model_spec, fixed_bytes=param_state_bytes + on_device,
                                                   fused_aggregation=extension_available(),
                                                   prefetch_inputs=options.pipeline, device_type=self.device.type)
+        if options.budget_bytes is not None:  # a model the analytic costs cannot price: measure it
+            from cherry.execution.memory_probe import optional_probe
+
+            self.memory_model = optional_probe(self.model, dataset, spec, self.memory_model,
+                                               self.device) or self.memory_model
         rank = seed_rank(dataset, spec.ordering, spec.seed) if options.num_microbatches != 1 else None
         if rank is not None:
             rank = rank.to(self.data.graph.indptr.device)  # indexed by the sampled seeds' ids
@@ -160,6 +178,11 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Accuracy on train/valid/test by layer-wise full-neighbour inference under the same budget."""
         try:
+            if not (hasattr(self.model, "forward_layer") and hasattr(self.model, "spec")):
+                from cherry.execution.block_inference import evaluate_blocks  # a whole-model module
+
+                return evaluate_blocks(self.model, self.dataset, self.spec.num_layers, self.device,
+                                       memory_model=self.memory_model, budget_bytes=self.budget_bytes)
             return evaluate(self.model, self.dataset, self.memory_model, self.budget_bytes, self.device)
         finally:
             self.model.train()
@@ -182,10 +205,37 @@ class Trainer:
             measured_peak_bytes=max(measured) if measured else None,
         )
 
-    def fit(self, on_step: Optional[Callable[[StepStats], None]] = None) -> Iterator[EpochResult]:
-        """Train ``spec.epochs`` epochs, yielding each epoch's result as it completes."""
-        for epoch in range(self.spec.epochs):
-            yield self.run_epoch(epoch, on_step)
+    def fit(self, on_step: Optional[Callable[[StepStats], None]] = None, save_dir=None,
+            resume_dir=None) -> Iterator[EpochResult]:
+        """Train ``spec.epochs`` epochs, yielding each epoch's result as it completes.
+
+        ``save_dir``: write a checkpoint there after each epoch and keep the best-validation model
+        (`cherry.execution.checkpoint`); ``resume_dir``: continue the run checkpointed there (the
+        same losses as without the interruption). Both may name the same directory.
+        """
+        from cherry.execution.checkpoint import Checkpointer
+
+        start = self.resume(resume_dir) if resume_dir is not None else 0
+        saver = Checkpointer(save_dir, self.spec) if save_dir is not None else None
+        if saver is not None and self._resumed is not None:
+            saver.adopt(self._resumed)
+        for epoch in range(start, self.spec.epochs):
+            result = self.run_epoch(epoch, on_step)
+            if saver is not None:
+                saver.save(self, result)
+            yield result
+
+    _resumed: Optional[dict] = None
+
+    def resume(self, resume_dir) -> int:
+        """Restore the checkpoint in ``resume_dir`` (`cherry.execution.checkpoint`); return the first
+        epoch still to run. The restored checkpoint stays in ``self._resumed`` (its history)."""
+        from cherry.execution.checkpoint import load_trainer_state, read_checkpoint
+
+        checkpoint = read_checkpoint(resume_dir, self.spec)
+        load_trainer_state(self, checkpoint["state"])
+        self._resumed = checkpoint
+        return int(checkpoint["epochs_done"])
 
     def close(self) -> None:
         self.executor.close()

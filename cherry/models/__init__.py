@@ -11,21 +11,29 @@ from cherry.models.gcn import GCNConv
 from cherry.models.mlp import MLP
 from cherry.models.lstm_steps import lstm_aggregate_steps
 from cherry.models.sage import SAGEConv, lstm_aggregate, lstm_aggregate_bucketed, reads_degree_layouts
+from cherry.models.dropout import NodeDropout
+from cherry.models.exact_dropout import ExactDropout, node_rows
+from cherry.models.registry import known_models, register_model
 from cherry.models.spec import MODELS, SAGE_AGGREGATORS, LayerDims, ModelSpec
 
 __all__ = [
     "MODELS",
     "SAGE_AGGREGATORS",
     "BlockModel",
+    "ExactDropout",
     "GATConv",
     "GCNConv",
     "LayerDims",
     "MLP",
     "ModelSpec",
+    "NodeDropout",
     "SAGEConv",
     "build_model",
     "count_parameters",
+    "known_models",
+    "register_model",
     "lstm_aggregate",
+    "node_rows",
     "lstm_aggregate_bucketed",
     "lstm_aggregate_steps",
     "reads_degree_layouts",

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from cherry.models.dropout import NodeDropout
+from cherry.models.exact_dropout import node_rows
 from cherry.models.spec import ModelSpec
 from cherry.sampling.blocks import Block, Blocks
 
@@ -47,13 +48,16 @@ class BlockModel(nn.Module):
         self.spec = spec
         self.layers = nn.ModuleList(layers)
         self.dropout = NodeDropout(spec.dropout)
+        # layer -1: its masks are independent of the hidden layers' (cherry.models.dropout.layer_seed)
+        self.input_dropout = NodeDropout(getattr(spec, "input_dropout", 0.0))
 
     def forward_layer(self, index: int, block: Block, h: torch.Tensor) -> torch.Tensor:
         """Layer ``index`` on one block, with the activation that follows it (none for the last).
 
         Exposed for layer-wise full-neighbour inference, which runs one layer over all nodes at a time.
         """
-        out = self.layers[index](block, h)
+        with node_rows(block, index):  # tells a user layer's ExactDropout which nodes its rows are
+            out = self.layers[index](block, h)
         if index < len(self.layers) - 1:
             out = self.dropout(torch.relu(out), block.dst_nodes, index)
         return out
@@ -66,7 +70,7 @@ class BlockModel(nn.Module):
                 f"blocks has {blocks.num_layers} layers but the model has {self.spec.num_layers}; they must be equal"
             )
         check_features(x, blocks.layers[0].num_src, self.spec.in_dim)
-        h = x
+        h = self.input_dropout(x, blocks.input_nodes, -1)
         for index, block in enumerate(blocks.layers):
             h = self.forward_layer(index, block, h)
         return h

@@ -20,6 +20,10 @@ def build_model(spec: ModelSpec) -> nn.Module:
         raise TypeError(f"spec must be a ModelSpec, got {type(spec).__name__}")
     if spec.model == "mlp":
         return MLP(spec)
+    if spec.model not in ("sage", "gcn", "gat"):
+        from cherry.models.registry import build_registered
+
+        return build_registered(spec)
     layers: list[nn.Module] = []
     for dims in spec.layer_dims():
         if spec.model == "sage":

@@ -71,6 +71,9 @@ class ModelSpec:
       with one layer ``hidden`` is unused). A graph model needs ``Blocks`` with ``num_layers`` layers.
     - ``heads``: attention heads (GAT only; ignored by other models).
     - ``dropout``: probability in ``[0, 1)``, applied after the ReLU between layers, never after the last.
+    - ``input_dropout``: probability in ``[0, 1)``, applied to the input features (exact: per node id).
+    - ``model`` may also be a name registered with `cherry.models.register_model`; the memory model
+      prices such a layer like a SAGE-mean layer of its widths until the run calibrates it.
     - ``lstm_impl``: how the SAGE-LSTM aggregator runs (ignored by other models): ``"packed"`` (one
       packed-sequence LSTM call per layer, destinations sorted by degree, no host sync),
       ``"bucketed"`` (one call per distinct in-degree; reads degrees back), ``"steps"`` (an explicit
@@ -88,12 +91,17 @@ class ModelSpec:
     heads: int = 4
     dropout: float = 0.0
     lstm_impl: str = "auto"
+    input_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.lstm_impl not in LSTM_IMPLS:
             raise ValueError(f"lstm_impl must be one of {LSTM_IMPLS}, got {self.lstm_impl!r}")
         if self.model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
+            from cherry.models.registry import known_models
+
+            if self.model not in known_models():
+                raise ValueError(f"model must be one of {known_models()} (or a name registered with "
+                                 f"cherry.models.register_model), got {self.model!r}")
         if self.model == "sage":
             if self.aggr is None:
                 object.__setattr__(self, "aggr", "mean")
@@ -103,10 +111,11 @@ class ModelSpec:
             raise ValueError(f"aggr is only for model 'sage'; got aggr={self.aggr!r} for model {self.model!r}")
         for name in ("in_dim", "hidden", "num_classes", "num_layers", "heads"):
             _check_positive_int(name, getattr(self, name))
-        dropout = self.dropout
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
-        object.__setattr__(self, "dropout", float(dropout))
+        for key in ("dropout", "input_dropout"):
+            p = getattr(self, key)
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+                raise ValueError(f"{key} must be a number in [0, 1), got {p!r}")
+            object.__setattr__(self, key, float(p))
 
     @property
     def uses_graph(self) -> bool:

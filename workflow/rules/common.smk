@@ -6,6 +6,7 @@ import os
 import shlex
 import sys
 
+from cherry.data.ogb_dir import dataset_slug
 from cherry.bench.experiments import (
     ConfigError,
     check_datasets_available,
@@ -114,7 +115,21 @@ def figure_paths():
 
 
 def data_stamp(dataset):
-    return f"results/data/{dataset}/info.json"
+    return f"results/data/{dataset_slug(dataset)}/info.json"
+
+
+def ordering_stamp(spec, ordering):
+    return f"results/data/{dataset_slug(spec['dataset'])}/ordering-{ordering}-{spec['seed']}.json"
+
+
+def dataset_name(wildcards):
+    """The dataset (a name, or a directory path) behind a ``{dataset}`` wildcard (its slug)."""
+    return next((name for name in datasets_used(config) if dataset_slug(name) == wildcards.dataset),
+                wildcards.dataset)
+
+
+def dataset_arg(wildcards):
+    return shlex.quote(dataset_name(wildcards))
 
 
 def run_inputs(wildcards):
@@ -123,7 +138,7 @@ def run_inputs(wildcards):
     inputs = {"spec": f"results/specs/{wildcards.run}.json", "data": data_stamp(spec["dataset"])}
     ordering = needs_ordering(spec)
     if ordering is not None:
-        inputs["ordering"] = f"results/data/{spec['dataset']}/ordering-{ordering}-{spec['seed']}.json"
+        inputs["ordering"] = ordering_stamp(spec, ordering)
     return inputs
 
 
@@ -133,7 +148,7 @@ def search_inputs(wildcards):
     inputs = {"spec": f"results/specs/{wildcards.search}.json", "data": data_stamp(spec["dataset"])}
     ordering = needs_ordering(spec)
     if ordering is not None:
-        inputs["ordering"] = f"results/data/{spec['dataset']}/ordering-{ordering}-{spec['seed']}.json"
+        inputs["ordering"] = ordering_stamp(spec, ordering)
     return inputs
 
 

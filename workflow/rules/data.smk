@@ -10,12 +10,13 @@ rule prepare_dataset:
         "results/logs/data/{dataset}.log",
     params:
         root=root_option,
+        name=dataset_arg,
     threads: THREADS
     conda:
         CONDA_ENV
     shell:
-        "python -m cherry data prepare {wildcards.dataset} {params.root} > {log} 2>&1"
-        " && python -m cherry data info {wildcards.dataset} {params.root} > {output.info} 2>> {log}"
+        "python -m cherry data prepare {params.name} {params.root} > {log} 2>&1"
+        " && python -m cherry data info {params.name} {params.root} > {output.info} 2>> {log}"
 
 
 rule order_seeds:
@@ -27,6 +28,7 @@ rule order_seeds:
         "results/logs/data/{dataset}-ordering-{ordering}-{seed}.log",
     params:
         root=ordering_root,
+        name=dataset_name,
     threads: THREADS
     conda:
         CONDA_ENV

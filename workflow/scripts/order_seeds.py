@@ -19,11 +19,11 @@ def order_seeds() -> int:
 
     wildcards = snakemake.wildcards
     start_s = time.perf_counter()
-    dataset = load_dataset(wildcards.dataset, snakemake.params.root)
+    dataset = load_dataset(snakemake.params.name, snakemake.params.root)  # the name behind the wildcard's slug
     load_s = time.perf_counter() - start_s
     rank = seed_rank(dataset, wildcards.ordering, int(wildcards.seed))
     ordering_s = time.perf_counter() - start_s - load_s
-    stamp = {"dataset": wildcards.dataset, "ordering": wildcards.ordering, "seed": int(wildcards.seed),
+    stamp = {"dataset": snakemake.params.name, "ordering": wildcards.ordering, "seed": int(wildcards.seed),
              "num_nodes": None if rank is None else int(rank.numel()), "load_s": load_s, "ordering_s": ordering_s}
     write_json_atomic(snakemake.output.stamp, stamp)
     with open(snakemake.log[0], "w", encoding="utf-8") as log:

@@ -1,0 +1,171 @@
+"""Any directory in OGB's node-property layout, read as a dataset by its path (no ``ogb`` package).
+
+Layout read (gzip CSV without header, as OGB ships it): ``raw/edge.csv.gz`` ("src,dst" rows),
+``raw/node-feat.csv.gz``, ``raw/node-label.csv.gz`` (NaN or -1: unlabelled), optionally
+``raw/num-node-list.csv.gz`` (else one node per feature row), and ``split/<one split>/{train,valid,
+test}.csv.gz``; OGB's binary form (``raw/data.npz`` + ``raw/node-label.npz``) is read too.
+``RELEASE_v1.txt`` and further node files (``node_year``) are optional and ignored. The graph is stored
+undirected (reverses added, duplicates removed). The class count is OGB's for a directory named like an
+OGB dataset (``ogbn_arxiv``: 40) and otherwise the largest label + 1.
+
+The converted cache lives in ``<dir>/cherry`` (`cherry.data.cache`, checksummed, written atomically);
+its manifest records each source file's size and modification time, so an edited source is
+converted again and an unchanged one is read from the cache.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from cherry.data import cache as cache_mod
+from cherry.data import checks
+from cherry.data.arrays import undirected_csc
+from cherry.data.registry import CACHE_DIRNAME, OGB_SPECS
+
+LAYOUT_VERSION = 1
+
+
+def is_dataset_path(name: object) -> bool:
+    """Whether a dataset name is meant as a directory: it names a path (a separator, ``.``, ``~``) or
+    an existing directory."""
+    if not isinstance(name, str) or not name:
+        return False
+    return "/" in name or name.startswith((".", "~")) or Path(name).is_dir()
+
+
+def _split_dir(directory: Path) -> Path:
+    split_root = directory / "split"
+    subdirs = sorted(p for p in split_root.iterdir() if p.is_dir()) if split_root.is_dir() else []
+    if len(subdirs) != 1:
+        found = ", ".join(p.name for p in subdirs) or "none"
+        raise ValueError(f"{split_root}: expected exactly one split directory with train/valid/test.csv.gz, "
+                         f"found {found}")
+    return subdirs[0]
+
+
+def source_files(directory: Path) -> dict[str, Path]:
+    """The files read from ``directory``; FileNotFoundError (one line, naming what is missing)."""
+    directory = Path(directory).expanduser()
+    if not directory.is_dir():
+        raise FileNotFoundError(f"dataset directory {directory} does not exist; expected a directory in OGB's "
+                                "node-property layout (raw/, split/<name>/)")
+    raw = directory / "raw"
+    if (raw / "data.npz").exists():
+        files = {"graph": raw / "data.npz", "labels": raw / "node-label.npz"}
+    else:
+        files = {"edges": raw / "edge.csv.gz", "features": raw / "node-feat.csv.gz",
+                 "labels": raw / "node-label.csv.gz"}
+        if (raw / "num-node-list.csv.gz").exists():
+            files["num_nodes"] = raw / "num-node-list.csv.gz"
+    split = _split_dir(directory)
+    files.update({s: split / f"{s}.csv.gz" for s in checks.SPLITS})
+    missing = [str(p.relative_to(directory)) for p in files.values() if not p.exists()]
+    if missing:
+        raise FileNotFoundError(f"dataset directory {directory} lacks {', '.join(missing)} "
+                                "(OGB's node-property layout)")
+    return files
+
+
+def fingerprint(files: dict[str, Path]) -> dict[str, list[int]]:
+    """Size and modification time of each source file: what the cache was built from."""
+    return {k: [p.stat().st_size, p.stat().st_mtime_ns] for k, p in sorted(files.items())}
+
+
+def _csv(path: Path, dtype) -> np.ndarray:
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path, compression="gzip", header=None).to_numpy(dtype=dtype)
+    except Exception as exc:  # gzip, parser or conversion errors: name the file
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{path} cannot be read ({type(exc).__name__}: {reason}); expected headerless "
+                         "numeric CSV in gzip") from None
+
+
+def num_classes_for(directory: Path, labels: np.ndarray) -> int:
+    """OGB's class count for a directory named like an OGB dataset, else the largest label + 1."""
+    ogb_name = Path(directory).name.replace("_", "-")
+    if ogb_name in OGB_SPECS:
+        return OGB_SPECS[ogb_name].num_classes
+    labelled = labels[labels >= 0]
+    return int(labelled.max()) + 1 if labelled.size else 1
+
+
+def read_directory(directory: Path) -> tuple[dict[str, np.ndarray], dict]:
+    """Cache arrays (`cherry.data.cache.ARRAY_NAMES`) and the manifest summary of ``directory``."""
+    directory = Path(directory).expanduser()
+    files = source_files(directory)
+    if "graph" in files:
+        with np.load(files["graph"]) as npz:
+            edges = np.asarray(npz["edge_index"], dtype=np.int64)
+            features = np.asarray(npz["node_feat"], dtype=np.float32)
+            n = int(np.asarray(npz["num_nodes_list"]).reshape(-1)[0]) if "num_nodes_list" in npz else features.shape[0]
+        with np.load(files["labels"]) as npz:
+            labels_f = np.asarray(npz[npz.files[0]], dtype=np.float64).reshape(-1)
+    else:
+        edges = _csv(files["edges"], np.int64).T
+        features = _csv(files["features"], np.float32)
+        n = int(_csv(files["num_nodes"], np.int64).reshape(-1)[0]) if "num_nodes" in files else features.shape[0]
+        labels_f = _csv(files["labels"], np.float64).reshape(-1)
+    labels = np.where(np.isnan(labels_f), checks.UNLABELLED, labels_f).astype(np.int64)
+    splits = {s: _csv(files[s], np.int64).reshape(-1) for s in checks.SPLITS}
+    checks.check_edges(edges, n, where=str(files.get("edges", files.get("graph"))))
+    checks.check_features(features, n, where=str(files.get("features", files.get("graph"))))
+    num_classes = num_classes_for(directory, labels)
+    checks.check_labels(labels, n, num_classes, where=str(files["labels"]))
+    checks.check_splits(splits, n, labels, where={s: str(files[s]) for s in checks.SPLITS})
+    indptr, indices = undirected_csc(edges[0], edges[1], n)
+    degree = np.diff(indptr)
+    arrays = {"indptr": indptr, "indices": indices, "features": features, "labels": labels,
+              "train_idx": splits["train"], "valid_idx": splits["valid"], "test_idx": splits["test"]}
+    summary = {"name": str(directory), "num_nodes": n, "num_edges": int(indices.size),
+               "source_edges": int(edges.shape[1]), "feature_dim": int(features.shape[1]),
+               "num_classes": num_classes,
+               "split_sizes": {s: int(v.size) for s, v in splits.items()},
+               "degree": {"min": int(degree.min()) if n else 0, "median": float(np.median(degree)) if n else 0.0,
+                          "max": int(degree.max()) if n else 0},
+               "metadata": {"source": "path", "layout_version": LAYOUT_VERSION, "files": fingerprint(files)}}
+    return arrays, summary
+
+
+def cache_dir_of(directory: Path) -> Path:
+    return Path(directory).expanduser() / CACHE_DIRNAME
+
+
+def cache_is_current(directory: Path) -> bool:
+    """Whether ``<directory>/cherry`` was built from the directory's current source files."""
+    try:
+        manifest = cache_mod.read_manifest(cache_dir_of(directory))
+    except (FileNotFoundError, ValueError):
+        return False
+    expected = {"source": "path", "layout_version": LAYOUT_VERSION,
+                "files": fingerprint(source_files(directory))}
+    meta = manifest.get("metadata", {})
+    return all(meta.get(k) == v for k, v in expected.items())
+
+
+def prepare_directory(directory: Path, force: bool = False) -> Path:
+    """Convert ``directory`` into its cache unless it is current; return the cache directory."""
+    directory = Path(directory).expanduser()
+    source_files(directory)  # missing files: one line before any work
+    if force or not cache_is_current(directory):
+        arrays, summary = read_directory(directory)
+        try:
+            cache_mod.write_cache(cache_dir_of(directory), arrays, summary)
+        except PermissionError as exc:
+            raise ValueError(f"cannot write the cache {cache_dir_of(directory)}: {exc.strerror}; expected a "
+                             "writable dataset directory") from None
+    return cache_dir_of(directory)
+
+
+def dataset_slug(name: str) -> str:
+    """A file-name-safe stand-in for a dataset name (the workflow's paths): a plain name is itself; a
+    path becomes ``path-<basename>-<hash of the path>``."""
+    import hashlib
+    import re
+
+    if re.fullmatch(r"[A-Za-z0-9_.-]+", name) and not name.startswith("."):
+        return name
+    base = re.sub(r"[^A-Za-z0-9_-]", "_", Path(name).name) or "dir"
+    return f"path-{base}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"

@@ -1,0 +1,186 @@
+"""Checkpoints of a `Trainer` run: ``--save DIR`` writes them, ``--resume DIR`` continues from them.
+
+``DIR/last.pt`` holds, after each finished epoch: the model and optimizer state, the random state
+(torch's global generator and the run's sampling generator), the executor's step count (which seeds
+the exact dropout masks), the memory model's calibration, the number of finished epochs, every
+finished epoch's result, the best validation accuracy so far and the run spec. ``DIR/best.pt`` holds the
+model of the epoch with the best validation accuracy. ``DIR/checkpoint.json`` names both with their
+sha256, written last: a checkpoint is whatever that file vouches for.
+
+Every write is atomic (a temporary file in DIR, then a rename), so a run killed at any point leaves
+the previous complete checkpoint. Resuming restores all of the above, so the resumed epochs draw the
+same batches, samples and dropout masks and give the same losses as an uninterrupted run. Resuming from
+a checkpoint of another spec (any key but ``root`` and ``epochs``) or from a corrupt or incomplete one
+is a one-line `CheckpointError`.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+FORMAT = "cherry-checkpoint"
+FORMAT_VERSION = 1
+INDEX = "checkpoint.json"
+_FREE_KEYS = ("root", "epochs")  # may differ between the saving and the resuming run
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from; the message is one line naming the file and the fault."""
+
+
+def _atomic_write(path: Path, data: bytes) -> str:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return hashlib.sha256(data).hexdigest()
+
+
+def _tensor_bytes(obj) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _spec_identity(spec) -> dict:
+    data = spec.to_dict()
+    for key in _FREE_KEYS:
+        data.pop(key, None)
+    return data
+
+
+def trainer_state(trainer) -> dict:
+    """What a resumed `Trainer` needs to continue exactly (see the module docstring)."""
+    mm = trainer.memory_model
+    return {
+        "model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict(),
+        "executor_steps": trainer.executor._num_steps, "torch_rng": torch.get_rng_state(),
+        "generator": trainer.generator.get_state(),
+        "memory_model": {"scale": mm.scale, "ratios": list(mm._ratios), "error_history": list(mm.error_history)},
+    }
+
+
+def load_trainer_state(trainer, state: dict) -> None:
+    trainer.model.load_state_dict(state["model"])
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.executor._num_steps = int(state["executor_steps"])
+    torch.set_rng_state(state["torch_rng"])
+    trainer.generator.set_state(state["generator"])
+    mm = trainer.memory_model
+    mm.scale = float(state["memory_model"]["scale"])
+    mm._ratios[:] = state["memory_model"]["ratios"]
+    mm.error_history[:] = [tuple(p) for p in state["memory_model"]["error_history"]]
+
+
+class Checkpointer:
+    """Writes a run's checkpoints into ``directory`` after each epoch (see the module docstring)."""
+
+    def __init__(self, directory: str | os.PathLike, spec) -> None:
+        self.directory = Path(directory).expanduser()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"--save: cannot create {self.directory}: {exc.strerror or exc}") from None
+        if not os.access(self.directory, os.W_OK):
+            raise ValueError(f"--save: {self.directory} is not writable")
+        self.spec = spec
+        self.best_valid_acc: Optional[float] = None
+        self.best_epoch: Optional[int] = None
+        self.history: list[dict] = []
+
+    def save(self, trainer, result) -> None:
+        """Record finished epoch ``result`` (an `EpochResult`) of ``trainer``."""
+        self.history.append(asdict(result))
+        index = self._read_index() or {}
+        valid = result.valid_acc
+        if valid == valid and (self.best_valid_acc is None or valid > self.best_valid_acc):
+            self.best_valid_acc, self.best_epoch = float(valid), int(result.epoch)
+            best = {"format": FORMAT, "model": trainer.model.state_dict(), "epoch": result.epoch,
+                    "valid_acc": valid, "test_acc": result.test_acc, "spec": self.spec.to_dict()}
+            index["best"] = {"file": "best.pt", "sha256": _atomic_write(self.directory / "best.pt",
+                                                                        _tensor_bytes(best)),
+                             "epoch": result.epoch, "valid_acc": valid, "test_acc": result.test_acc}
+        last = {"format": FORMAT, "format_version": FORMAT_VERSION, "spec": self.spec.to_dict(),
+                "epochs_done": result.epoch + 1, "history": self.history,
+                "best_valid_acc": self.best_valid_acc, "best_epoch": self.best_epoch,
+                "state": trainer_state(trainer)}
+        index.update(format=FORMAT, format_version=FORMAT_VERSION, epochs_done=result.epoch + 1,
+                     last={"file": "last.pt", "sha256": _atomic_write(self.directory / "last.pt",
+                                                                      _tensor_bytes(last))})
+        _atomic_write(self.directory / INDEX, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
+
+    def _read_index(self) -> Optional[dict]:
+        try:
+            return json.loads((self.directory / INDEX).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def adopt(self, checkpoint: dict) -> None:
+        """Continue the bookkeeping of a resumed run (its history and best epoch)."""
+        self.history = list(checkpoint["history"])
+        self.best_valid_acc, self.best_epoch = checkpoint["best_valid_acc"], checkpoint["best_epoch"]
+
+
+def read_checkpoint(directory: str | os.PathLike, spec) -> dict:
+    """The last checkpoint in ``directory``, checked against its index and against ``spec``."""
+    directory = Path(directory).expanduser()
+    index_path = directory / INDEX
+    if not index_path.is_file():
+        raise CheckpointError(f"--resume: no checkpoint in {directory} (no {INDEX}); save one with --save {directory}")
+    try:
+        index = json.loads(index_path.read_text())
+        entry = index["last"]
+        if index.get("format") != FORMAT or index.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"format {index.get('format')!r} v{index.get('format_version')}")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"--resume: {index_path} is corrupt ({type(exc).__name__}: {exc}); "
+                              "expected a checkpoint index written by cherry train --save") from None
+    path = directory / "last.pt"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"--resume: cannot read {path}: {exc.strerror or exc}") from None
+    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        raise CheckpointError(f"--resume: {path} fails its sha256 check (corrupt or truncated); "
+                              "resume from an intact checkpoint or start afresh")
+    try:
+        checkpoint = torch.load(io.BytesIO(data), weights_only=False)
+    except Exception as exc:
+        raise CheckpointError(f"--resume: {path} cannot be loaded ({type(exc).__name__}); it is corrupt") from None
+    theirs, ours = _spec_identity_dict(checkpoint["spec"]), _spec_identity(spec)
+    if theirs != ours:
+        key = next(k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k))
+        raise CheckpointError(f"--resume: {directory} holds a checkpoint of another run spec (key {key}: "
+                              f"{theirs.get(key)!r} there, {ours.get(key)!r} here); resume with the same "
+                              "settings or save elsewhere")
+    if checkpoint["epochs_done"] > spec.epochs:
+        raise CheckpointError(f"--resume: {directory} holds {checkpoint['epochs_done']} finished epochs, more "
+                              f"than --epochs {spec.epochs}")
+    return checkpoint
+
+
+def _spec_identity_dict(data: dict) -> dict:
+    data = dict(data)
+    for key in _FREE_KEYS:
+        data.pop(key, None)
+    return data
+
+
+def load_best_model(directory: str | os.PathLike) -> dict:
+    """The best-validation checkpoint: ``{"model": state_dict, "epoch", "valid_acc", "test_acc", "spec"}``."""
+    path = Path(directory).expanduser() / "best.pt"
+    if not path.is_file():
+        raise CheckpointError(f"no best-validation model at {path} (evaluation off, or no epoch finished)")
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as exc:
+        raise CheckpointError(f"{path} cannot be loaded ({type(exc).__name__}); it is corrupt") from None
