@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
 from cherry.io import read_json
-from cherry.schemas import check_schema, load_schema, one_line
+from cherry.schemas import check_schema, load_schema, one_line, short_repr
 
 # Of the device's capacity, kept out of the budget for what the memory model does not price
 # (allocator slack and fragmentation, the CUDA context, the framework's workspaces).
@@ -222,7 +222,7 @@ def _cross_check(s: RunSpec, entry) -> None:
     from cherry.models.registry import known_models
 
     if s.model not in known_models():
-        fail("model", f"unknown model {s.model!r}; expected one of {', '.join(known_models())} "
+        fail("model", f"unknown model {short_repr(s.model)}; expected one of {', '.join(known_models())} "
                       "(or register yours with cherry.models.register_model)")
     if s.aggr is not None and s.model != "sage":
         fail("aggr", f"{s.aggr!r} is for model 'sage' only, got model {s.model!r}")
