@@ -1,7 +1,7 @@
 """`cherry bench engine`: what micro-batching costs Cherry, measured side by side in one run.
 
 For each aggregator, the same pre-sampled mini-batches are trained at K = 1 and at each K asked for
-(fixed K, everything else equal: staging, pipelining, METIS ordering, native ops), (timed without the
+(fixed K, everything else equal: staging, pipelining, METIS ordering (BFS without pymetis), native ops), (timed without the
 CPU tensor tracker, see `measure_k`; on CUDA under the allocator's statistics), through the Trainer's own loader: batch i + 1 is sampled and
 planned on the loader's thread during step i, as for every user of the engine. Printed per K: median step time and its ratio to K = 1; planning + slicing as a
 share of the step, both the wait on the critical path ("plan wait") and the work itself ("plan work",
@@ -122,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from cherry.data import load_dataset
     from cherry.io import write_json_atomic
     from cherry.planning import seed_rank
+    from cherry.planning.ordering import resolve_ordering
 
     aggrs = parse_list(args.aggrs, "aggrs", str)
     ks = parse_list(args.ks, "ks", int)
@@ -136,11 +137,12 @@ def run(args: argparse.Namespace) -> int:
     variants = [(a, i) for a in aggrs for i in (impls if a == "lstm" else ["auto"])]
     specs = {(aggr, impl, k): _spec(args, aggr, impl, k) for aggr, impl in variants for k in [1] + ks}  # checked first
     dataset = load_dataset(args.dataset, args.root)
-    rank = seed_rank(dataset, "metis", args.seed)
+    ordering = resolve_ordering("metis")  # "bfs" without pymetis (the GPU machine): said and recorded
+    rank = seed_rank(dataset, ordering, args.seed)
     random_rank = torch.randperm(dataset.graph.num_nodes, generator=torch.Generator().manual_seed(args.seed))
     print(f"cherry bench engine: {args.dataset}, batch {args.batch_size}, fanouts {args.fanouts}, "
           f"hidden {args.hidden}, {args.steps} measured steps (+{args.warmup} warm-up), device {args.device}, "
-          f"{repeats} interleaved repeat(s): step_s is the median over repeats of each run's median step "
+          f"ordering {ordering}, {repeats} interleaved repeat(s): step_s is the median over repeats of each run's median step "
           "[min, max over repeats]" + ("; timed without the CPU tensor tracker, est.err from a tracked pass"
                                        if torch.device(args.device).type == "cpu" else ""))
     # Repeats interleave every configuration (the machine's load drifts): repeat r runs them all in turn.
@@ -183,5 +185,6 @@ def run(args: argparse.Namespace) -> int:
                   f"{ours:>8.2f} {rnd:>8.2f} {('%.1f%%' % (100 * err)) if err is not None else 'n/a':>8}",
                   flush=True)
     if args.json:
-        write_json_atomic(args.json, {"args": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows})
+        write_json_atomic(args.json, {"args": {k: v for k, v in vars(args).items() if k != "func"}, "ordering": ordering,
+                                      "rows": rows})
     return 0
