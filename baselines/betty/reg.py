@@ -19,12 +19,13 @@ partitioning of the output layer, top-down block rebuilding, and its LSTM memory
   sources in first-use order, which become the next lower layer's destinations.
 - `lstm_estimate_bytes`: ``sum_d d * count_d * H * 18 * 4`` per layer ("18 intermediate tensors per
   element"); ``sum_d d * count_d`` is the layer's edge count, ``H`` the LSTM width (the layer's input).
+
+pymetis and scipy are imported when first needed (`metis_modules`), so importing this module (and the
+tests that do) works where they are absent; `BettySystem` then reports itself unavailable.
 """
 from __future__ import annotations
 
 import numpy as np
-import pymetis
-import scipy.sparse as sp
 import torch
 
 from cherry.models import ModelSpec
@@ -35,11 +36,22 @@ LSTM_TENSORS_PER_ELEMENT = 18
 RESPLIT_RATIO = 1.1  # the released trigger: max first-layer inputs > 1.1 x min
 
 
-def coneighbour_graph(block: Block) -> sp.csr_matrix:
+def metis_modules():
+    """``(pymetis, scipy.sparse)``, imported on first use; ImportError (one line) when either is absent."""
+    try:
+        import pymetis
+        import scipy.sparse as sp
+    except ImportError as exc:
+        raise ImportError(f"Betty's REG partitioning needs pymetis and scipy: {exc}") from None
+    return pymetis, sp
+
+
+def coneighbour_graph(block: Block):
     """The ``num_dst x num_dst`` co-neighbour matrix of ``block``'s destinations (symmetric, int64,
-    zero diagonal, explicit zeros removed)."""
+    zero diagonal, explicit zeros removed), a ``scipy.sparse.csr_matrix``."""
     if not isinstance(block, Block):
         raise TypeError(f"block must be a cherry.sampling.Block, got {type(block).__name__}")
+    _, sp = metis_modules()
     num_dst = block.num_dst
     deg = block.in_degrees().numpy()
     dst_of_edge = np.repeat(np.arange(num_dst, dtype=np.int64), deg)
@@ -66,6 +78,7 @@ def partition_seeds(block: Block, num_parts: int, weighted: bool = False) -> lis
     k = min(num_parts, num_dst)
     if k <= 1:
         return [torch.arange(num_dst, dtype=torch.int64)]
+    pymetis, _ = metis_modules()
     c = coneighbour_graph(block)
     adjacency = pymetis.CSRAdjacency(c.indptr.astype(np.int64), c.indices.astype(np.int64))
     # The counts are >= 1 (zeros were eliminated), as METIS requires of edge weights.

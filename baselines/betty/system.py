@@ -22,6 +22,8 @@ Python (0.22-0.26 s against 2.7-3.3 s per batch of 8192 at K=8 on synth-arxiv, w
 code's input redundancy within 1%; /work/shared/notes/baselines.md), so speed-ups measured against it
 are conservative.
 
+Without pymetis or scipy the constructor raises `SystemUnavailable` (the run is recorded as skipped).
+
 Reports per layer redundancy (summed micro-batch sources / batch sources) and, for GraphSAGE-LSTM,
 Betty's estimated peak (the largest micro-batch's `lstm_estimate_bytes`; None for other models).
 """
@@ -29,8 +31,9 @@ from __future__ import annotations
 
 import torch
 
-from baselines.betty.reg import lstm_estimate_bytes, partition_seeds, rebuild_blocks, resplit_largest
+from baselines.betty.reg import lstm_estimate_bytes, metis_modules, partition_seeds, rebuild_blocks, resplit_largest
 from baselines.common import AccumulatingSystem, redundancy_against
+from baselines.library import raise_unavailable
 from cherry.bench.system import StepOutcome
 from cherry.sampling import Blocks
 
@@ -41,6 +44,10 @@ class BettySystem(AccumulatingSystem):
     name = "betty"
     accepts_auto_microbatches = True
     def __init__(self, dataset, spec, device, memory, probe) -> None:
+        try:
+            metis_modules()
+        except ImportError as exc:  # the runner records the run as skipped, with this reason
+            raise_unavailable(str(exc))
         super().__init__(dataset, spec, device, memory, probe)
         self.weighted_reg = spec.options["weighted_reg"]
         self.num_re_partition = spec.options["num_re_partition"]

@@ -77,6 +77,15 @@ class CherrySystem(System):
         """Where the micro-batches are built (`cherry.sampling.placement`), for the record."""
         return self.trainer.construction.where
 
+    @property
+    def ordering(self) -> str:
+        """The seed ordering used, for the record: ``"bfs"`` where ``"metis"`` was asked for and pymetis
+        is absent (`cherry.planning.ordering.resolve_ordering`); ``"none"`` when K = 1 and one rank."""
+        from cherry.planning.ordering import resolve_ordering
+
+        uses_rank = self.spec.num_microbatches != 1 or self.spec.nproc > 1
+        return resolve_ordering(self.spec.ordering) if uses_rank else "none"
+
     def close(self) -> None:
         self.trainer.close()
 

@@ -59,6 +59,7 @@ class RunMeasurements:
     epoch_eval_s: tuple[float, ...] = ()
     final_accuracy: Optional[dict] = None  # {"train", "valid", "test"} after the last evaluation
     construction: Optional[str] = None  # where micro-batches were built (a system that reports it)
+    ordering: Optional[str] = None  # the seed ordering used (a system that reports it)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -228,7 +229,7 @@ def build_record(spec: RunSpec, m: RunMeasurements, prov: Optional[dict] = None)
         "epoch_valid_acc": _nums(m.epoch_valid_acc), "epoch_test_acc": _nums(m.epoch_test_acc),
         "epoch_eval_s": _nums(m.epoch_eval_s),
         "train_acc": _num(acc.get("train")), "valid_acc": _num(acc.get("valid")), "test_acc": _num(acc.get("test")),
-        "construction": m.construction,
+        "construction": m.construction, "ordering": m.ordering,
     })
     return record
 

@@ -73,6 +73,7 @@ class _Progress:
     nvml_baseline_bytes: Optional[int] = None
     estimator_errors: tuple = ()
     construction: Optional[str] = None
+    ordering: Optional[str] = None
 
 
 class _Deadline:
@@ -221,6 +222,7 @@ class _Run:
                 p.build_s = time.perf_counter() - t0
                 p.num_parameters = getattr(system, "num_parameters", None)
                 p.construction = getattr(system, "construction", None)
+                p.ordering = getattr(system, "ordering", None)
                 self._train(system, probe, dataset)
             finally:
                 p.peak_tracked_bytes = memory.run_peak_bytes()
@@ -301,6 +303,7 @@ def execute(spec: RunSpec, out_path: str, log: Callable[[str], None]) -> int:
         epoch_valid_acc=tuple(p.epoch_acc["valid"]), epoch_test_acc=tuple(p.epoch_acc["test"]),
         epoch_eval_s=tuple(p.epoch_eval_s), final_accuracy=p.final_accuracy,
         construction=p.construction,
+        ordering=p.ordering,
     )
     record = build_record(spec, m)
     validate_record(record)

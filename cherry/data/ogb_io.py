@@ -17,6 +17,10 @@ labels in range, disjoint in-range splits), since OGB silently slices a short fi
 DGL, which costs seconds and leaves half-imported DGL modules behind; `_ogb_dataset_module` therefore
 loads OGB's ``nodeproppred/dataset.py`` source file on its own (the same class, unmodified), unless
 the package is already imported.
+
+Without the ``ogb`` package (the GPU machine has none) generated datasets are read by
+`cherry.data.ogb_csv_reader.CsvLayoutDataset`, which parses the same files into the same arrays, and
+pass the same checks; real OGB datasets then raise a one-line ModuleNotFoundError.
 """
 from __future__ import annotations
 
@@ -127,8 +131,14 @@ def _refuse_prompt(*_args, **_kwargs):
     raise FileNotFoundError("OGB asked an interactive question; its RELEASE_v1.txt is missing")
 
 
+def ogb_available() -> bool:
+    """Whether the ``ogb`` package can be imported here."""
+    return _ogb_dataset_module() is not None
+
+
 def _ogb_dataset_module():
-    """The module defining ``NodePropPredDataset`` (see the module docstring for why standalone)."""
+    """The module defining ``NodePropPredDataset`` (see the module docstring for why standalone), or
+    None without the ``ogb`` package."""
     if "ogb.nodeproppred.dataset" in sys.modules:
         return sys.modules["ogb.nodeproppred.dataset"]
     alias = "cherry.data._ogb_nodeproppred_dataset"
@@ -136,7 +146,9 @@ def _ogb_dataset_module():
         return sys.modules[alias]
     try:
         import ogb
-
+    except ImportError:
+        return None
+    try:
         path = Path(ogb.__file__).parent / "nodeproppred" / "dataset.py"
         spec = importlib.util.spec_from_file_location(alias, path)
         module = importlib.util.module_from_spec(spec)
@@ -150,6 +162,11 @@ def _ogb_dataset_module():
 @contextlib.contextmanager
 def _ogb_guard():
     ogb_dataset = _ogb_dataset_module()
+    if ogb_dataset is None:  # our own reader neither prompts nor downloads; OGB's output is not there
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+        return
     saved_download, saved_input = ogb_dataset.decide_download, builtins.input
     saved_env = os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
     sink = io.StringIO()
@@ -187,7 +204,8 @@ def _as_int64(values, path: Path, what: str) -> np.ndarray:
 
 
 def read_ogb(name: str, directory: Path, meta_dict: dict | None = None) -> dict:
-    """Read a node-property dataset with OGB's loader; return validated numpy arrays.
+    """Read a node-property dataset with OGB's loader (generated data without OGB: `CsvLayoutDataset`,
+    the same arrays); return validated numpy arrays.
 
     Returns ``edge_index`` ([2, E] int64, with reverse edges if the dataset's ``add_inverse_edge``),
     ``features`` (float32), ``labels`` (int64, -1 where OGB has NaN: unlabelled), ``train_idx``,
@@ -197,7 +215,11 @@ def read_ogb(name: str, directory: Path, meta_dict: dict | None = None) -> dict:
     the file; OGB's ``processed/data_processed`` is then removed again if this call wrote it, so a
     repaired raw file is read afresh next time.
     """
-    NodePropPredDataset = _ogb_dataset_module().NodePropPredDataset
+    module = _ogb_dataset_module()
+    if module is None and meta_dict is None:
+        raise ModuleNotFoundError(f"reading the real dataset {name} needs the ogb package (pip install ogb); "
+                                  "generated datasets are read without it")
+    NodePropPredDataset = module.NodePropPredDataset if module is not None else None
     directory = Path(directory)
     if meta_dict is None:
         check_ogb_files(name, directory)
@@ -210,6 +232,10 @@ def read_ogb(name: str, directory: Path, meta_dict: dict | None = None) -> dict:
             try:
                 if meta_dict is None:
                     ds = NodePropPredDataset(name, root=str(directory.parent))
+                elif NodePropPredDataset is None:
+                    from cherry.data.ogb_csv_reader import CsvLayoutDataset
+
+                    ds = CsvLayoutDataset(name, meta_dict)
                 else:
                     ds = NodePropPredDataset(name, meta_dict=meta_dict)
                 split = ds.get_idx_split()

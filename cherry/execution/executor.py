@@ -8,8 +8,10 @@ the device on a side stream) by a background thread while ``k`` computes.
 
 No host sync inside a micro-batch: blocks are valid by construction, so the model's ops check
 nothing on the device; every micro-batch's index buffers go to the device in one pinned copy per
-step; side-stream tensors are handed to the compute stream with an event wait and ``record_stream``
-(no host wait); loss and correct counts accumulate on the device and are read once per step;
+step; the side stream waits (an event, no host wait) for the compute stream before it first reads a
+step's inputs (labels, staged rows and device-built blocks are written there), and the compute stream
+waits for the side stream after an out-of-memory before anything is freed; side-stream tensors are
+handed to the compute stream with an event wait and ``record_stream`` (no host wait); loss and correct counts accumulate on the device and are read once per step;
 gradients are added with one ``_foreach_add_``; the memory statistics are read once per
 micro-batch window (host-side allocator counters on a GPU).
 
@@ -285,9 +287,7 @@ class MicrobatchExecutor:
             staged_bytes = 0
             if stage:
                 staged = self._pinned_stage.gather(features, blocks.input_nodes.to(features.device), self.device)
-                staged_bytes = staged.numel() * staged.element_size()
-                if self._side_stream is not None:  # the side stream reads it: after its copy
-                    self._side_stream.wait_stream(torch.cuda.current_stream(self.device))
+                staged_bytes = staged.numel() * staged.element_size()  # read on the side stream: see _to_device
             self.memory_model.fixed_bytes = self._base_fixed_bytes + staged_bytes
         if planned is not None:
             plan = planned.plan
@@ -337,6 +337,9 @@ class MicrobatchExecutor:
                 if future is not None:
                     future.cancel() or future.exception()
                     future = None
+                # the cancelled preparation may have queued reads of main-stream memory (the staged rows,
+                # the labels, the blocks) on the side stream: free nothing before they have run
+                self._main_after_side()
                 # a backward that ran out of memory leaves the forward's graph (and its saved
                 # activations) reachable from these locals: drop them before re-planning
                 prepared = logits = loss = grads = None
@@ -388,8 +391,22 @@ class MicrobatchExecutor:
         ahead of the preparations that read them); on the CPU the blocks themselves."""
         if self._side_stream is None:
             return [p.to(self.device) for p in parts]
+        self._side_after_main()
         with torch.cuda.stream(self._side_stream):
             return blocks_to_device(parts, self.device)
+
+    def _side_after_main(self) -> None:
+        """Order the side stream after all work queued so far on the compute stream (no host wait).
+        Called, unconditionally, before the side stream first reads a step's (or a re-plan's) inputs:
+        the seeds' labels, the staged rows and blocks built on the device are all written there."""
+        if self._side_stream is not None:
+            self._side_stream.wait_stream(torch.cuda.current_stream(self.device))
+
+    def _main_after_side(self) -> None:
+        """Order the compute stream after all work queued so far on the side stream (no host wait), so
+        memory the side stream still reads is not reused by the compute stream."""
+        if self._side_stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
 
     def _account(self, prepared: _Prepared) -> None:
         """Count a micro-batch's device tensors: those made on the preparation (or sampling) thread

@@ -33,7 +33,7 @@ import torch
 from cherry.data import Dataset
 from cherry.execution.executor import ExecutorOptions, MicrobatchExecutor, PlannedBatch, StepStats
 from cherry.execution.inference import evaluate
-from cherry.models import build_model, count_parameters
+from cherry.models import build_model, count_parameters, reads_degree_layouts
 from cherry.planning import MemoryModel, seed_rank
 from cherry.probe import DeviceMemoryLike, NullProbe, Probe
 from cherry.sampling import BatchLoader, NeighborSampler, sampling_generator, spec_seed_batches
@@ -121,7 +121,8 @@ class Trainer:
             rank = rank.to(self.data.graph.indptr.device)  # indexed by the sampled seeds' ids
         self.executor = MicrobatchExecutor(self.model, self.optimizer, self.memory_model, options, self.device,
                                            seed_rank=rank, memory=memory, probe=self.probe)
-        self.sampler = NeighborSampler(self.data.graph, spec.fanouts)
+        # layouts only for a model that reads them (an LSTM): on a device each costs host read-backs
+        self.sampler = NeighborSampler(self.data.graph, spec.fanouts, layouts=reads_degree_layouts(self.model))
         # Device construction runs on its own stream: the loader's read-backs (sizes, layouts) then
         # wait for its own kernels only, not for the step's compute queued on the default stream.
         self._loader_stream = torch.cuda.Stream(self.device) if self.data.graph.indptr.is_cuda else None

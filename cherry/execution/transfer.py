@@ -2,7 +2,8 @@
 feature rows gathered straight into reused pinned buffers.
 
 `blocks_to_device(parts, device)`: every index tensor of every micro-batch (sources, CSC, input
-positions and the degree layouts) is concatenated into one pinned host buffer and copied with one
+positions and the degree layouts the blocks carry: only models that read them get them, see
+`cherry.sampling.sampler`) is concatenated into one pinned host buffer and copied with one
 non-blocking transfer on the current stream; the returned blocks are views of that one device buffer
 (trusted: they are copies of valid blocks). The layouts' ``batch_sizes`` stay on the host.
 
@@ -36,7 +37,6 @@ def blocks_to_device(parts: Sequence[Blocks], device: torch.device | str) -> lis
     device = torch.device(device)
     if device.type == "cpu" or not parts:
         return [p.to(device) for p in parts]
-    parts = [p if all(b.layout is not None for b in p.layers) else p.with_layouts() for p in parts]
     tensors: list[torch.Tensor] = []
     for p in parts:
         for blk in p.layers:

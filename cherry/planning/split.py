@@ -35,6 +35,12 @@ on the top layer for each weight slack of ``CANDIDATE_TOLERANCES`` (``LOCAL_PASS
   Their counts are exact (each `refine_groups_many` result's count; the two unrefined candidates are
   counted on the contiguous starts' reach build, under ``UNREFINED_CAP``).
 
+Where the batch is on a GPU, the candidates are computed on the host (`candidate_labels`): the greedy
+ops are sequential by definition (the GPU kernels run them on one thread or one block, 10-100x slower
+than a CPU core at 65,536 seeds), so the batch's CSC, the order and the weights go to the host in one
+copy, and the labels come back in one; the result is the same (the CPU and CUDA kernels agree bit
+for bit).
+
 Invariant: the groups partition the given positions; each group is non-empty and keeps rank order.
 """
 from __future__ import annotations
@@ -143,14 +149,42 @@ def candidate_labels(blocks: Blocks, order: torch.Tensor, sizes: list[int], weig
         raise ValueError(f"sizes must be >= 2 positive group sizes summing to {order.numel()}, got {sizes}")
     if not tolerances or min(tolerances) < 0:
         raise ValueError(f"tolerances must be a non-empty tuple of numbers >= 0, got {tolerances}")
+    layers = blocks.layers
+    if order.device.type != "cpu":  # the greedy ops are sequential: a host core runs them fastest
+        tensors = [b.indptr for b in layers] + [b.indices for b in layers] + [order, weights]
+        host = to_host_once(tensors)
+        found = _candidates(host[:len(layers)], host[len(layers):2 * len(layers)], layers[-1].num_src,
+                            layers[0].num_src, host[-2], sizes, host[-1], tolerances)
+        return Candidates(found.labels.to(order.device), found.inputs, found.exact)
+    return _candidates([b.indptr for b in layers], [b.indices for b in layers], layers[-1].num_src,
+                       layers[0].num_src, order, sizes, weights, tolerances)
+
+
+def to_host_once(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Host copies of ``tensors`` (1-D), those on a device made with one transfer: the int64 and
+    float64 ones are packed (as 64-bit words) into one device buffer, copied and split again; host
+    tensors are returned as they are (any other dtype is copied on its own)."""
+    packed = [i for i, t in enumerate(tensors)
+              if t.device.type != "cpu" and t.dim() == 1 and t.dtype in (torch.int64, torch.float64)]
+    out = [t if i in packed else t.cpu() for i, t in enumerate(tensors)]  # packed ones: replaced below
+    if packed:
+        words = torch.cat([tensors[i].view(torch.int64) for i in packed]).cpu()
+        for i, part in zip(packed, words.split([tensors[i].numel() for i in packed])):
+            out[i] = part if tensors[i].dtype == torch.int64 else part.view(tensors[i].dtype)
+    return out
+
+
+def _candidates(ips: list[torch.Tensor], inds: list[torch.Tensor], top_num_src: int, num_inputs: int,
+                order: torch.Tensor, sizes: list[int], weights: torch.Tensor,
+                tolerances: tuple[float, ...]) -> Candidates:
+    """`candidate_labels` on the CSC ``ips``/``inds`` of the batch's layers (input layer first)."""
+    k = len(sizes)
     device = order.device
     contiguous = torch.repeat_interleave(torch.arange(k, device=device), torch.tensor(sizes, device=device))
     heaviest = float(torch.bincount(contiguous, weights=weights, minlength=k).max())
     caps = [heaviest * (1.0 + t) for t in tolerances]
     c = len(caps)
-    layers, top = blocks.layers, blocks.layers[-1]
-    ips, inds = [b.indptr for b in layers], [b.indices for b in layers]
-    num_inputs = layers[0].num_src
+    top_indptr, top_indices = ips[-1], inds[-1]
     # one build of the top layer's one-hop reaches counts the contiguous and the strided split (seed i
     # of the locality order in group i mod K: every run of neighbours the order put together broken
     # up) and refines the contiguous split on the top layer
@@ -158,16 +192,16 @@ def candidate_labels(blocks: Blocks, order: torch.Tensor, sizes: list[int], weig
     # the candidates are the first c + 1 rows as they come)
     strided = torch.arange(order.numel(), device=device) % k
     top_rows = torch.stack([contiguous] * (c + 1) + [strided])
-    top_labels, top_counts = _refine_groups_many([top.indptr], [top.indices], order, top_rows, weights, k,
-                                                 top.num_src, [UNREFINED_CAP] + caps + [UNREFINED_CAP], LOCAL_PASSES)
+    top_labels, top_counts = _refine_groups_many([top_indptr], [top_indices], order, top_rows, weights, k,
+                                                 top_num_src, [UNREFINED_CAP] + caps + [UNREFINED_CAP], LOCAL_PASSES)
     counts = top_counts.tolist()
     if counts[0] < LOCALITY_RATIO * counts[-1]:
         # a batch with locality: the contiguous split refined on the top layer, ranked by its top-layer
         # sources; growing and every input-layer reach build would cost far more than they gain here
         return Candidates(top_labels[:-1], top_counts[:-1], exact=False)
-    grown = _grow_groups(top.indptr, top.indices, order, weights, k)
-    descended, top_inputs = _refine_groups_many([top.indptr], [top.indices], order, grown.expand(c, -1),
-                                                weights, k, top.num_src, caps, TOP_PASSES)
+    grown = _grow_groups(top_indptr, top_indices, order, weights, k)
+    descended, top_inputs = _refine_groups_many([top_indptr], [top_indices], order, grown.expand(c, -1),
+                                                weights, k, top_num_src, caps, TOP_PASSES)
     best = descended[int(torch.argmin(top_inputs))]
     # one build of the input-layer reaches refines the contiguous starts and counts the two unrefined
     # labellings (a cap below every weight moves nothing), instead of two `group_shapes` calls

@@ -8,12 +8,13 @@ so the same generator state gives the same `Blocks` on every implementation and 
 keeps exactly its parent in-edges in order, so any per-destination computation on the slice equals
 the corresponding rows of the same computation on the whole batch. `slice_blocks_many` does it for
 K disjoint groups at once (one native call per layer), which is how the planner splits a batch.
-Both make trusted blocks (valid by construction). A slice on a device carries its `DegreeLayout`
-(made here, so that no micro-batch reads degrees back from the device inside its step); a slice on
-the host does not: only the LSTM aggregator reads a layout, and it makes a missing one from the host
-``indptr`` at no extra cost, as `Block.to` does when a host block moves to a device. So a split
-that no LSTM reads pays nothing for layouts (16 per plan of K = 8 over two layers: 0.7-1 ms of the
-planner's time on synth-arxiv at batch 8192).
+Both make trusted blocks (valid by construction), without `DegreeLayout`s: only the LSTM aggregator
+reads a layout, and on a device making one reads degrees back (about four host syncs per group and
+layer), so the executor makes them in its plan, off the step, for models that read them
+(`cherry.models.reads_degree_layouts`); a split that no LSTM reads pays nothing for layouts (16 per
+plan of K = 8 over two layers: 0.7-1 ms of the planner's time on synth-arxiv at batch 8192, and the
+syncs on a device). `NeighborSampler` makes each sampled layer's layout unless ``layouts=False``
+(what the Trainer passes for models that read none).
 """
 from __future__ import annotations
 
@@ -38,10 +39,13 @@ class NeighborSampler:
 
     graph: Graph
     fanouts: tuple[int, ...]
+    layouts: bool = True  # make each layer's DegreeLayout (a host read-back per layer on a device)
 
     def __post_init__(self) -> None:
         if not isinstance(self.graph, Graph):
             raise TypeError(f"graph must be a cherry.data.Graph, got {type(self.graph).__name__}")
+        if not isinstance(self.layouts, bool):
+            raise TypeError(f"layouts must be a bool, got {type(self.layouts).__name__}")
         fanouts = self.fanouts
         if isinstance(fanouts, (str, bytes)) or not hasattr(fanouts, "__iter__"):
             raise TypeError(f"fanouts must be a sequence of ints, got {fanouts!r}")
@@ -71,7 +75,7 @@ class NeighborSampler:
             random_seed = _draw_seed(generator)
             indptr, indices, src = ops._sample_neighbors(graph.indptr, graph.indices, dst, fanout, random_seed)
             layers.append(Block(src_nodes=src, num_dst=int(dst.numel()), indptr=indptr, indices=indices,
-                                layout=DegreeLayout.of(indptr), trusted=True))
+                                layout=DegreeLayout.of(indptr) if self.layouts else None, trusted=True))
             dst = src
         return Blocks(layers=tuple(reversed(layers)))
 
@@ -146,7 +150,6 @@ def _slice_many(blocks: Blocks, flat: torch.Tensor, sizes: list[int]) -> list[Bl
     ids), then each group's tensors are views (``split_with_sizes``) of the concatenated outputs."""
     offsets = [0, *accumulate(sizes)]
     dst, dst_sizes = flat, sizes
-    on_host = flat.device.type == "cpu"  # host slices leave their layouts to whoever reads them
     per_layer = []  # top-down; per layer, one Block per group
     for parent in reversed(blocks.layers):
         indptr, indices, src_positions, src_nodes, offsets, edge_offsets = ops._slice_layer_many(
@@ -157,8 +160,7 @@ def _slice_many(blocks: Blocks, flat: torch.Tensor, sizes: list[int]) -> list[Bl
         indptrs = indptr.split_with_sizes([n + 1 for n in dst_sizes])
         edges = indices.split_with_sizes(_diffs(edge_offsets))
         per_layer.append(
-            [Block(src_nodes=s, num_dst=n, indptr=p, indices=i, layout=None if on_host else DegreeLayout.of(p),
-                   trusted=True)
+            [Block(src_nodes=s, num_dst=n, indptr=p, indices=i, layout=None, trusted=True)  # see module docstring
              for s, n, p, i in zip(src_nodes, dst_sizes, indptrs, edges)]
         )
         dst, dst_sizes = src_positions, src_sizes

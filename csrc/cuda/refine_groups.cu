@@ -6,7 +6,10 @@
 // run in one thread block that walks the seeds in order: its threads split a seed's reach, count
 // the K gains with shared-memory atomics (integer sums: order-free, exact), thread 0 takes the
 // decision with the same float64 weight arithmetic as the CPU, then the threads apply the move. The
-// result is the CPU kernel's, bit for bit.
+// result is the CPU kernel's, bit for bit. Its shared memory grows with K (20 B per group): checked
+// against the device's opt-in limit, with the opt-in above 48 KiB (prepare_greedy_launch). The planner
+// runs these greedy ops on the host for a batch on the GPU (cherry/planning/split.py): they are faster
+// there; this kernel serves direct calls.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_unique2.h>
 #include <ATen/ops/arange.h>
@@ -124,6 +127,31 @@ std::pair<at::Tensor, at::Tensor> build_reaches(at::TensorList indptrs, at::Tens
   return {ptr, node};
 }
 
+// Dynamic shared memory of greedy_kernel for K groups: total[K] doubles, size[K] long longs, add[K] ints.
+size_t greedy_shared_bytes(int64_t k) {
+  return static_cast<size_t>(k) * (sizeof(double) + sizeof(long long) + sizeof(int));
+}
+
+// Check that greedy_kernel's shared memory for K groups fits this device and opt in above the default
+// 48 KiB (K >= 2,457 needs it, with the kernel's static shared variables): without the opt-in such a launch fails with a bare "invalid argument".
+void prepare_greedy_launch(int64_t k) {
+  const size_t shared = greedy_shared_bytes(k);
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  int optin_bytes = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attributes;
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, greedy_kernel));
+  const size_t available = static_cast<size_t>(optin_bytes) - attributes.sharedSizeBytes;
+  TORCH_CHECK_VALUE(shared <= available, "refine_groups: num_groups = ", k, " needs ", shared,
+                    " bytes of shared memory per block; this device allows ", available, " (num_groups <= ",
+                    available / greedy_shared_bytes(1), "); refine on the CPU or with fewer groups");
+  if (shared + attributes.sharedSizeBytes > 48 * 1024) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(greedy_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared)));
+  }
+}
+
 // Refine `out` (one start, in place) on the built reaches; returns the count array.
 at::Tensor run_greedy(const at::Tensor& ptr, const at::Tensor& node, const at::Tensor& owner, const at::Tensor& w,
                       int64_t n, int64_t k, int64_t num_inputs, double cap, int64_t num_passes, at::Tensor& out) {
@@ -135,7 +163,7 @@ at::Tensor run_greedy(const at::Tensor& ptr, const at::Tensor& node, const at::T
         owner.data_ptr<int64_t>(), node.data_ptr<int64_t>(), m, out.data_ptr<int64_t>(), k, cnt.data_ptr<int32_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  const size_t shared = static_cast<size_t>(k) * (sizeof(double) + sizeof(long long) + sizeof(int));
+  const size_t shared = greedy_shared_bytes(k);
   greedy_kernel<<<1, kThreads, shared, stream>>>(ptr.data_ptr<int64_t>(), node.data_ptr<int64_t>(), n,
                                                  w.data_ptr<double>(), k, cap, num_passes, out.data_ptr<int64_t>(),
                                                  cnt.data_ptr<int32_t>());
@@ -149,6 +177,7 @@ at::Tensor refine_groups_cuda(at::TensorList indptrs, at::TensorList indices, co
   TORCH_CHECK(indptrs.size() == indices.size() && !indptrs.empty(), "refine_groups: one indptr and indices per layer");
   TORCH_CHECK(num_groups >= 1 && num_inputs >= 1, "refine_groups: num_groups and num_inputs must be >= 1");
   const c10::cuda::CUDAGuard guard(positions.device());
+  prepare_greedy_launch(num_groups);
   at::Tensor owner;
   const auto [ptr, node] = build_reaches(indptrs, indices, positions, num_inputs, &owner);
   at::Tensor out = groups.contiguous().clone();
@@ -167,6 +196,7 @@ std::tuple<at::Tensor, at::Tensor> refine_groups_many_cuda(at::TensorList indptr
   TORCH_CHECK(groups.dim() == 2 && groups.size(0) == static_cast<int64_t>(max_group_weights.size()),
               "refine_groups_many: groups must be [C, n] with one cap per row");
   const c10::cuda::CUDAGuard guard(positions.device());
+  prepare_greedy_launch(num_groups);
   at::Tensor owner;
   const auto [ptr, node] = build_reaches(indptrs, indices, positions, num_inputs, &owner);
   at::Tensor out = groups.contiguous().clone();

@@ -9,6 +9,7 @@ from baselines import system_class
 from baselines.common import smallest_fitting_k
 from cherry.spec import RunSpec, make_spec
 from cherry.memory import DeviceMemory
+from tests.optional import BETTY, needs_betty_deps
 from tests.unit.test_baselines_micro import CPU, FakeProbe
 
 SAMPLE_SEED = 5
@@ -79,7 +80,7 @@ def seeds(synth_tiny):
     return synth_tiny.train_idx[:512]
 
 
-@pytest.mark.parametrize("name", ["naive", "betty", "buffalo"])
+@pytest.mark.parametrize("name", ["naive", BETTY, "buffalo"])
 def test_auto_k_is_the_smallest_k_that_fits_and_keeps_the_gradient(synth_tiny, seeds, name):
     peaks = {k: run(name, synth_tiny, seeds, k)[3] for k in (1, 2, 3)}
     assert peaks[1] > peaks[2] > peaks[3]  # the premise: finer splits need less memory here
@@ -99,6 +100,7 @@ def test_auto_k_is_the_smallest_k_that_fits_and_keeps_the_gradient(synth_tiny, s
         assert_same_gradient(auto_grads, full)
 
 
+@needs_betty_deps
 def test_an_oom_mid_step_resets_the_gradients_before_the_retry(synth_tiny, seeds):
     """Attempts at K < 3 run out of memory at their last micro-batch, after earlier ones accumulated
     into ``.grad``; every attempt must start from ``.grad = None`` and the step equal K=3's."""
@@ -134,6 +136,7 @@ def test_an_oom_mid_step_resets_the_gradients_before_the_retry(synth_tiny, seeds
     assert calls == [3]
 
 
+@needs_betty_deps
 def test_betty_auto_k_uses_its_lstm_estimate_against_the_budget(synth_tiny, seeds):
     probe_system = system_class("betty")(synth_tiny, cfg(1, "lstm", system="betty"), CPU, None, FakeProbe())
     blocks = probe_system.sampler.sample(seeds, torch.Generator().manual_seed(SAMPLE_SEED))

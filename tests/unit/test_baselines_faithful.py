@@ -13,6 +13,7 @@ from baselines.buffalo.buckets import bucketize
 from cherry.spec import RunSpec, make_spec
 from cherry.data import Dataset, Graph
 from cherry.sampling import NeighborSampler
+from tests.optional import needs_betty_deps
 from tests.unit.graphs import random_dataset
 from tests.unit.test_baselines_micro import CPU, FakeProbe, batch_seeds, config, grads_of
 
@@ -103,16 +104,18 @@ def dataset():
     return random_dataset(num_nodes=300, avg_degree=6, feature_dim=10)
 
 
+@needs_betty_deps
 @pytest.mark.parametrize("weighted", [False, True])
 def test_betty_edge_weights_reach_metis_only_when_weighted(dataset, monkeypatch, weighted):
     calls = []
-    real = reg.pymetis.part_graph
+    pymetis, _ = reg.metis_modules()  # imported on first use: the module reg's partition_seeds imports
+    real = pymetis.part_graph
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(reg.pymetis, "part_graph", spy)
+    monkeypatch.setattr(pymetis, "part_graph", spy)
     seeds = batch_seeds(dataset)
     blocks = NeighborSampler(dataset.graph, (4, 6)).sample(seeds, torch.Generator().manual_seed(2))
     parts = partition_seeds(blocks.layers[-1], 4, weighted=weighted)
@@ -131,6 +134,7 @@ def test_betty_edge_weights_reach_metis_only_when_weighted(dataset, monkeypatch,
     assert (calls[0].get("eweights") is not None) == weighted
 
 
+@needs_betty_deps
 def test_weighted_reg_keeps_heavily_sharing_seeds_together_where_unweighted_does_not():
     """Each group of ten seeds (0..9, 10..19) shares one input (45 co-neighbour edges of weight 1 per
     group); each pair (i, i + 10) shares ten (10 edges of weight 10). Fewest cut edges: split the pairs
@@ -167,6 +171,7 @@ def imbalanced():
     return dataset_of(src, dst, 82)
 
 
+@needs_betty_deps
 def test_resplit_splits_the_largest_micro_batch_when_inputs_are_imbalanced(imbalanced):
     blocks = NeighborSampler(imbalanced.graph, (-1,)).sample(torch.arange(20), torch.Generator())
     parts = [torch.arange(10), torch.arange(10, 20)]
@@ -187,6 +192,7 @@ def test_resplit_splits_the_largest_micro_batch_when_inputs_are_imbalanced(imbal
         resplit_largest(blocks, parts, -1)
 
 
+@needs_betty_deps
 def test_betty_resplit_and_weights_keep_the_full_batch_gradient(imbalanced, dataset):
     seeds = torch.arange(20)
     _, _, full = grads_of("full", imbalanced, cfg(1, (-1,), system="full"), seeds)

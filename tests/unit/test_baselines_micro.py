@@ -14,9 +14,10 @@ from cherry.probe import PHASES
 from cherry.sampling import LoadedBatch, NeighborSampler, slice_blocks
 from cherry.spec import RunSpec, make_spec
 from cherry.systems import is_whole_batch
+from tests.optional import BETTY, HAS_BETTY_DEPS, needs_betty_deps
 from tests.unit.graphs import random_dataset
 
-OWN = ("full", "naive", "betty", "buffalo")
+OWN = ("full", "naive", *(("betty",) if HAS_BETTY_DEPS else ()), "buffalo")  # betty needs pymetis
 CPU = torch.device("cpu")
 
 
@@ -79,6 +80,7 @@ def two_cliques_block(seed_order: torch.Tensor):
     return NeighborSampler(graph, (-1,)).sample(seed_order, torch.Generator().manual_seed(0))
 
 
+@needs_betty_deps
 def test_betty_metis_separates_two_cliques_exactly():
     seeds = torch.randperm(20, generator=torch.Generator().manual_seed(5))
     blocks = two_cliques_block(seeds)
@@ -93,6 +95,7 @@ def test_betty_metis_separates_two_cliques_exactly():
     assert found == [list(range(10)), list(range(10, 20))]
 
 
+@needs_betty_deps
 @pytest.mark.parametrize("k", [1, 3, 7])
 def test_betty_parts_cover_each_seed_once_and_rebuild_is_exact(dataset, k):
     seeds = batch_seeds(dataset)
@@ -109,6 +112,7 @@ def test_betty_parts_cover_each_seed_once_and_rebuild_is_exact(dataset, k):
                 assert torch.equal(getattr(a, name), getattr(b, name)), name
 
 
+@needs_betty_deps
 def test_betty_reports_lstm_estimate_and_redundancy(dataset):
     seeds = batch_seeds(dataset)
     cfg = config("betty", k=3, aggr="lstm")
@@ -191,6 +195,7 @@ def relative_error(grads, reference):
     return (num / den) ** 0.5
 
 
+@needs_betty_deps
 @pytest.mark.parametrize("aggr", ["mean", "lstm"])
 def test_betty_and_buffalo_accumulate_the_full_batch_gradient(dataset, aggr):
     seeds = batch_seeds(dataset)
@@ -233,7 +238,7 @@ def test_every_system_starts_from_the_same_weights_and_steps(dataset):
         assert set(accs) == {"train", "valid", "test"} and all(0.0 <= a <= 1.0 for a in accs.values())
 
 
-@pytest.mark.parametrize("name", ["naive", "betty", "buffalo"])
+@pytest.mark.parametrize("name", ["naive", BETTY, "buffalo"])
 def test_k_is_fixed_or_auto(dataset, name):
     cls = system_class(name)
     assert cls.accepts_auto_microbatches

@@ -15,6 +15,7 @@ import torch
 
 from cherry.bench.aggregate import collect_records, main as aggregate_main, read_runs_csv
 from cherry.bench.record import validate_record
+from cherry.planning.ordering import resolve_ordering
 
 REPO = Path(__file__).resolve().parents[2]
 # epochs 0: a run of warmup + steps steps (the schema's default is now one epoch)
@@ -66,6 +67,7 @@ def test_ok_run_writes_a_valid_record_with_warmup_excluded(records):
     assert record["peak_tracked_bytes"] > 0 and record["process_peak_rss_bytes"] > 0
     assert record["nvml_peak_bytes"] is None  # no GPU here
     assert record["construction"] == "host"  # the CPU: blocks are built where they are used
+    assert record["ordering"] == resolve_ordering("metis")  # K = 2 orders seeds (bfs without pymetis)
     assert record["estimated_peak_bytes"] > 0 and record["estimator_median_rel_error"] is not None
     assert 0.0 <= record["valid_acc"] <= 1.0 and len(record["step_losses"]) == 5
     assert "step 5/5" in proc.stderr  # progress on stderr

@@ -124,11 +124,11 @@ def test_budget_too_small_for_one_seed(batch):
 
 def test_locality_rank_is_a_permutation():
     ds = random_dataset(num_nodes=800, avg_degree=6)
-    for method in ("metis", "none", "random"):
+    for method in ("metis", "bfs", "none", "random"):
         rank = locality_rank(ds.graph, method, nodes_per_part=50)
         assert torch.equal(torch.sort(rank).values, torch.arange(800))
     with pytest.raises(ValueError, match="ordering"):
-        locality_rank(ds.graph, "bfs")
+        locality_rank(ds.graph, "spectral")
 
 
 def test_metis_order_lowers_redundancy():
@@ -165,7 +165,7 @@ def test_seed_rank_is_computed_once_and_none_for_no_ordering():
     assert torch.equal(torch.sort(rank).values, torch.arange(ds.graph.num_nodes))
     assert seed_rank(ds, "none", 0) is None
     with pytest.raises(ValueError, match="ordering"):
-        seed_rank(ds, "bfs", 0)
+        seed_rank(ds, "spectral", 0)
 
 
 def test_seed_rank_of_a_new_graph_is_its_own():

@@ -3,7 +3,10 @@
 # Sections run in order, each under its own timeout capped by the time left; a section that would
 # start past the budget is skipped. $OUT/summary.txt (per-section status and seconds) is written on
 # every exit, also on failure or interrupt. Fails when nvidia-smi sees a GPU but torch has no CUDA;
-# without any GPU it records that and exits 0 (safe to run anywhere).
+# without any GPU it records that and exits 0 (safe to run anywhere). Every file it writes is under
+# $OUT. It needs none of dgl, ogb, pymetis, scipy or snakemake (the GPU machine has none): generated
+# data is read without OGB, the ordering falls back from METIS to BFS (said in engine-*.txt and in the
+# records' "ordering"), Betty's tests skip (tests/unit/test_without_optional_packages.py checks this).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
@@ -59,6 +62,22 @@ if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   exit 0
 fi
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" >> "$OUT/device.txt" 2>&1
+"$PY" - >> "$OUT/device.txt" 2>&1 <<'PYEOF'
+import importlib
+for name in ("pytest", "pandas", "pynvml", "torch_geometric", "dgl", "ogb", "pymetis", "scipy"):
+    try:
+        importlib.import_module(name)
+        print(f"{name}: present")
+    except Exception as exc:  # optional: a missing one is recorded, never fatal
+        print(f"{name}: absent ({type(exc).__name__})")
+PYEOF
+# The datasets are generated on the CPU while the extension builds (synth-arxiv: tens of CPU-seconds);
+# the dataset sections wait for it (data.txt has its output).
+export CHERRY_DATA=${CHERRY_DATA:-$PWD/data}
+DATA_T0=$(date +%s)
+( timeout 240 "$PY" -m cherry data prepare synth-arxiv && timeout 60 "$PY" -m cherry data prepare synth-tiny ) \
+  > "$OUT/data.txt" 2>&1 &
+DATA_PID=$!
 
 section build 240 "$PY" -c "
 from cherry.ops import extension_available, extension_status
@@ -66,8 +85,12 @@ print(extension_status()); import sys; sys.exit(0 if extension_available() else 
 if grep -q "with CUDA" "$OUT/build.txt"; then SUMMARY+=("native extension: in use, with CUDA kernels")
 else SUMMARY+=("native extension: NOT in use with CUDA ($(tail -n 1 "$OUT/build.txt" | cut -c1-160))"); status=1; fi
 
-# serial (no xdist): one GPU, and CUDA errors must point at their own test
-section gpu-tests 120 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests
+# serial (no xdist): one GPU, and CUDA errors must point at their own test; -rA keeps the tests'
+# printed figures (sync counts, planning times) in gpu-tests.txt
+section gpu-tests 150 "$PY" -m pytest -q -rA -m gpu -p no:cacheprovider tests
+
+if wait "$DATA_PID"; then SUMMARY+=("$(printf '%-22s %-16s %4ss' data ok "$(( $(date +%s) - DATA_T0 ))")")
+else SUMMARY+=("$(printf '%-22s %-16s' data "failed (see data.txt)")"); status=1; fi
 
 E=( "$PY" -m cherry bench engine --dataset synth-arxiv --device cuda --aggrs mean,lstm --ks 2,4,8 --steps 3 --warmup 1 )
 section engine-b1024 60 "${E[@]}" --batch-size 1024 --json "$OUT/engine-b1024.json"

@@ -1,7 +1,7 @@
 """`cherry bench engine`: what micro-batching costs Cherry, measured side by side in one run.
 
 For each aggregator, the same pre-sampled mini-batches are trained at K = 1 and at each K asked for
-(fixed K, everything else equal: staging, pipelining, METIS ordering, native ops), (timed without the
+(fixed K, everything else equal: staging, pipelining, METIS ordering (BFS without pymetis), native ops), (timed without the
 CPU tensor tracker, see `measure_k`; on CUDA under the allocator's statistics), through the Trainer's own loader: batch i + 1 is sampled and
 planned on the loader's thread during step i, as for every user of the engine. Printed per K: median step time and its ratio to K = 1; planning + slicing as a
 share of the step, both the wait on the critical path ("plan wait") and the work itself ("plan work",
@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     from cherry.errors import write_json_keeping
     from cherry.io import check_writable
     from cherry.planning import seed_rank
+    from cherry.planning.ordering import resolve_ordering
 
     if args.json is not None:
         check_writable(args.json)  # before the work: a bad path must not lose the results at the end
@@ -139,11 +140,12 @@ def run(args: argparse.Namespace) -> int:
     variants = [(a, i) for a in aggrs for i in (impls if a == "lstm" else ["auto"])]
     specs = {(aggr, impl, k): _spec(args, aggr, impl, k) for aggr, impl in variants for k in [1] + ks}  # checked first
     dataset = load_dataset(args.dataset, args.root)
-    rank = seed_rank(dataset, "metis", args.seed)
+    ordering = resolve_ordering("metis")  # "bfs" without pymetis (the GPU machine): said and recorded
+    rank = seed_rank(dataset, ordering, args.seed)
     random_rank = torch.randperm(dataset.graph.num_nodes, generator=torch.Generator().manual_seed(args.seed))
     print(f"cherry bench engine: {args.dataset}, batch {args.batch_size}, fanouts {args.fanouts}, "
           f"hidden {args.hidden}, {args.steps} measured steps (+{args.warmup} warm-up), device {args.device}, "
-          f"{repeats} interleaved repeat(s): step_s is the median over repeats of each run's median step "
+          f"ordering {ordering}, {repeats} interleaved repeat(s): step_s is the median over repeats of each run's median step "
           "[min, max over repeats]" + ("; timed without the CPU tensor tracker, est.err from a tracked pass"
                                        if torch.device(args.device).type == "cpu" else ""))
     # Repeats interleave every configuration (the machine's load drifts): repeat r runs them all in turn.
@@ -186,5 +188,6 @@ def run(args: argparse.Namespace) -> int:
                   f"{ours:>8.2f} {rnd:>8.2f} {('%.1f%%' % (100 * err)) if err is not None else 'n/a':>8}",
                   flush=True)
     if args.json is not None:
-        write_json_keeping(args.json, {"args": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows})
+        write_json_keeping(args.json, {"args": {k: v for k, v in vars(args).items() if k != "func"},
+                                       "ordering": ordering, "rows": rows})
     return 0
