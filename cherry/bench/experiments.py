@@ -67,8 +67,11 @@ def _grid(case: dict) -> Iterator[tuple[Optional[str], dict]]:
 
 
 def _sensitivity(case: dict, base: dict) -> Iterator[tuple[str, dict]]:
-    layer_fanouts = case.get("layer_fanouts") or base.get("fanouts") or [10, 25]
-    layers = base.get("num_layers", 2)
+    from cherry.spec import schema_defaults
+
+    defaults = schema_defaults()
+    layer_fanouts = case.get("layer_fanouts") or base.get("fanouts") or defaults["fanouts"]
+    layers = base.get("num_layers", defaults["num_layers"])
     for axis in SENSITIVITY_AXES:
         for value in case["vary"].get(axis, ()):
             if axis == "aggr":

@@ -122,14 +122,16 @@ def plan_microbatches(
     num_microbatches: Optional[int] = None,
     seed_rank: Optional[torch.Tensor] = None,
     balance: str = "memory",
-    safety: float = 0.1,
+    safety: float = 0.0,
     positions: Optional[torch.Tensor] = None,
     refine: bool = True,
 ) -> MicrobatchPlan:
     """Plan the micro-batches of ``blocks`` (or of the seeds at ``positions`` only, when re-planning).
 
     Either ``num_microbatches`` is given (a fixed K, the budget only reported) or ``budget_bytes``
-    is, and K is the smallest found whose largest micro-batch is estimated to fit with ``safety``.
+    is, and K is the smallest found whose largest micro-batch is estimated to fit with ``safety``
+    (a fraction of the budget kept free; none unless asked: the cherry system's margin is its option
+    ``safety`` in the systems table, which the executor passes).
     ``refine``: choose among candidate splits by their exact input counts (see the module docstring).
     """
     if num_microbatches is None and budget_bytes is None:
