@@ -7,7 +7,7 @@ Which phases exist, and how each case of a phase expands, is the experiment tabl
 the tests call it. Each run is a complete run-spec dict (``workflow/schemas/run.schema.yaml``, every
 default filled in) whose ``experiment`` (and, for sensitivity runs, ``axis``) says which figure it
 belongs to; its id is `cherry.spec.run_id`, the readable file name of its spec and record.
-The memory wall is not a list of runs but one search per (case, system, K): `expand_searches` gives
+The memory wall is not a list of runs but one search per (case, system, K): `plan_searches` gives
 each search's spec (its batch size is the search's start) and tolerances, which
 ``python -m cherry.bench.capacity_run`` takes.
 Invariants: ids are unique in the result (identical runs of one experiment collapse into one); the

@@ -147,6 +147,17 @@ PHASES: dict[str, Phase] = {p.name: p for p in (
 SYSTEM_FIGURES: dict[str, str] = {"estimator": "cherry"}
 
 
+def check_new_entry(kind: str, name: str, taken: Iterable[str], value: Callable) -> None:
+    """The checks of every registration beside the table (a figure, a summary section): ValueError
+    unless ``name`` is a lower-case identifier not in ``taken``, TypeError unless ``value`` is callable."""
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ValueError(f"{kind} name {name!r}: expected a lower-case identifier")
+    if name in taken:
+        raise ValueError(f"{kind} {name!r} is already registered")
+    if not callable(value):
+        raise TypeError(f"{kind} {name}: got {type(value).__name__}, expected a callable")
+
+
 def register_phase(phase: Phase) -> Phase:
     """Append ``phase`` to the table (ValueError if its name or one of its figures is taken)."""
     if not isinstance(phase, Phase):

@@ -329,12 +329,9 @@ def register_figure(name: str, draw: Callable[[pd.DataFrame], object], *, search
     """Add figure ``name`` (the name a phase's ``figures`` lists): ``draw(frame)`` returns a matplotlib
     figure, or ``draw(frame, searches, sizes)`` with ``searches_and_sizes``. ValueError if the name is
     taken, TypeError if ``draw`` is not callable."""
-    if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
-        raise ValueError(f"figure name {name!r}: expected a lower-case identifier")
-    if name in FIGURES:
-        raise ValueError(f"figure {name!r} is already registered")
-    if not callable(draw):
-        raise TypeError(f"figure {name}: draw is {type(draw).__name__}, expected a callable")
+    from cherry.bench.phases import check_new_entry
+
+    check_new_entry("figure", name, FIGURES, draw)
     FIGURES[name] = draw if searches_and_sizes else _table_only(draw)
 
 

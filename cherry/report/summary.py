@@ -308,12 +308,9 @@ SECTIONS: dict[str, Section] = {
 def register_section(name: str, write: Callable[[SummaryInputs], list], *, timed: bool) -> None:
     """Add section ``name`` (the name a phase's ``summary`` lists) after the others of its group.
     ValueError if the name is taken, TypeError if ``write`` is not callable."""
-    if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
-        raise ValueError(f"summary section name {name!r}: expected a lower-case identifier")
-    if name in SECTIONS:
-        raise ValueError(f"summary section {name!r} is already registered")
-    if not callable(write):
-        raise TypeError(f"summary section {name}: write is {type(write).__name__}, expected a callable")
+    from cherry.bench.phases import check_new_entry
+
+    check_new_entry("summary section", name, SECTIONS, write)
     SECTIONS[name] = Section(bool(timed), write)
 
 

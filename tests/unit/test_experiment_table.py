@@ -62,6 +62,11 @@ def test_a_phase_or_figure_is_registered_once():
     assert "toy" not in phases.PHASES
     with pytest.raises(ValueError, match="already registered"):
         figures.register_figure("ablation", lambda frame: None)
+    with pytest.raises(ValueError, match="figure name 'Toy'"):
+        figures.register_figure("Toy", lambda frame: None)
+    with pytest.raises(TypeError, match="summary section toy: got int"):
+        summary.register_section("toy", 3, timed=True)
+    assert "Toy" not in figures.FIGURES and "toy" not in summary.SECTIONS
     with pytest.raises(ValueError, match="unknown experiment phase 'nope'"):
         phases.phase("nope")
 
