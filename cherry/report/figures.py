@@ -19,6 +19,7 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
+from cherry.bench.phases import SENSITIVITY_AXES
 from cherry.report import tables as t
 
 
@@ -209,7 +210,7 @@ def draw_sensitivity(frame: pd.DataFrame):
     rows = t.rows_of_figure(frame, "sensitivity")
     if rows.empty:
         return _no_runs("Sensitivity", "sensitivity")
-    axes_names = [a for a in ("aggr", "layers", "hidden", "fanout") if a in set(rows["axis"])]
+    axes_names = [a for a in SENSITIVITY_AXES if a in set(rows["axis"])]
     datasets = list(dict.fromkeys(rows["dataset"]))
     fig, axes = _grid(2 * len(datasets), len(axes_names), width=4.0)
     for d, dataset in enumerate(datasets):
