@@ -13,8 +13,7 @@
 import sys
 
 import yaml
-from snakemake.exceptions import WorkflowError
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 from cherry.bench.experiments import describe_config_error
 from cherry.bench.recovery import claim_lock, release_stale_lock, set_aside_corrupt_records
@@ -35,12 +34,12 @@ try:  # YAML keeps the last of a repeated key silently; a config must say each k
         load_yaml_strict(path)
 except (ValueError, yaml.YAMLError) as exc:
     sys.exit(f"cherry workflow: {' '.join(str(exc).split())}")
-try:
-    # set_default=False: the run settings' defaults (run.schema.yaml) must not be written into every
-    # case's `run:`, where they would override the config's own `run:` defaults.
-    validate(config, "workflow/schemas/config.schema.yaml", set_default=False)
-except WorkflowError:
-    sys.exit(f"cherry workflow: {describe_config_error(config) or 'invalid config (see the schema)'}")
+# Checked by cherry's validator rather than snakemake.utils.validate: the schema's experiment keys come
+# from the experiment table (cherry.bench.phases), and nothing is filled in (the run settings' defaults
+# must not be written into every case's `run:`, where they would override the config's own `run:`).
+CONFIG_PROBLEM = describe_config_error(config)
+if CONFIG_PROBLEM is not None:
+    sys.exit(f"cherry workflow: {CONFIG_PROBLEM}")
 
 
 include: "workflow/rules/common.smk"

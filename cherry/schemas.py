@@ -70,30 +70,41 @@ def load_schema(name: str) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _validator(name: str):
-    import jsonschema
+def _registry():
     from referencing import Registry, Resource
     from referencing.jsonschema import DRAFT202012
 
     def retrieve(uri: str) -> Resource:
         return Resource.from_contents(load_schema(uri.removesuffix(".schema.yaml")), DRAFT202012)
 
-    registry = Registry(retrieve=retrieve)
-    return jsonschema.Draft202012Validator(load_schema(name), registry=registry)
+    return Registry(retrieve=retrieve)
 
 
-def schema_problem(data: Any, name: str, what: str) -> str | None:
+@functools.lru_cache(maxsize=None)
+def _validator(name: str):
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(load_schema(name), registry=_registry())
+
+
+def schema_problem(data: Any, name: str, what: str, schema: dict | None = None) -> str | None:
     """One line naming the most relevant violation of schema ``name`` by ``data`` (None if valid).
 
     ``what`` names the input in the message ("run spec", "config", "record"); the key path comes
-    next, then the schema's message, then what was expected where the schema says it.
+    next, then the schema's message, then what was expected where the schema says it. ``schema``,
+    if given, is used in place of the file's content (a schema completed at run time, such as the
+    config schema's experiment keys); references still resolve in ``workflow/schemas``.
     """
     import jsonschema
 
     numbers = number_problem(data)
     if numbers is not None:
         return one_line(f"invalid {what}: key {numbers}")
-    errors = list(_validator(name).iter_errors(data))
+    if schema is None:
+        validator = _validator(name)
+    else:
+        validator = jsonschema.Draft202012Validator(schema, registry=_registry())
+    errors = list(validator.iter_errors(data))
     if not errors:
         return None
     best = jsonschema.exceptions.best_match(errors)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from cherry.planning.ordering import ORDERINGS  # the one list of orderings
+
 # A missing module under these roots is a bug in the repository, not a missing optional dependency.
 _OWN_PACKAGES = ("cherry", "baselines")
 
@@ -51,7 +53,7 @@ class SystemEntry:
 
 
 _CHERRY_OPTIONS = {
-    "ordering": {"enum": ["metis", "random", "none"], "default": "metis",
+    "ordering": {"enum": list(ORDERINGS), "default": "metis",
                  "description": "seed ordering for locality (contiguous splits)"},
     "balance": {"enum": ["memory", "count"], "default": "memory",
                 "description": "balance micro-batches by estimated bytes or by seed count"},

@@ -1,10 +1,13 @@
 """The workflow's experiment matrix: a config (``config/*.yaml``) expanded into run specs.
 
+Which phases exist, and how each case of a phase expands, is the experiment table
+(`cherry.bench.phases.PHASES`); this module applies it to a config.
+
 `expand_experiments(config)` is the one place that turns the config into runs; the Snakefile and
 the tests call it. Each run is a complete run-spec dict (``workflow/schemas/run.schema.yaml``, every
 default filled in) whose ``experiment`` (and, for sensitivity runs, ``axis``) says which figure it
 belongs to; its id is `cherry.spec.run_id`, the readable file name of its spec and record.
-The memory wall is not a list of runs but one search per (case, system, K): `expand_searches` gives
+The memory wall is not a list of runs but one search per (case, system, K): `plan_searches` gives
 each search's spec (its batch size is the search's start) and tolerances, which
 ``python -m cherry.bench.capacity_run`` takes.
 Invariants: ids are unique in the result (identical runs of one experiment collapse into one); the
@@ -16,22 +19,31 @@ from __future__ import annotations
 import copy
 from typing import Any, Iterator, Mapping, Optional
 
+from cherry.bench.phases import PHASES, ConfigError
 from cherry.schemas import one_line as _one_line
 from cherry.schemas import schema_problem
 
-EXPERIMENTS = ("memory_wall", "microbatch_cost", "breakdown", "convergence", "sensitivity", "ablation",
-               "distributed", "epoch_time")
-SEARCH_EXPERIMENTS = ("memory_wall",)  # experiments expanded into batch-size searches, not runs
-SENSITIVITY_AXES = ("aggr", "layers", "hidden", "fanout")
+__all__ = ["ConfigError", "config_schema", "describe_config_error", "validate_config", "expand_experiments",
+           "plan_runs", "plan_searches", "verify_checks", "verify_arguments", "needs_ordering", "datasets_used",
+           "check_datasets_available"]
 
 
-class ConfigError(ValueError):
-    """A workflow config that cannot run; the message is one line naming the bad key and value."""
+def config_schema() -> dict:
+    """The config schema (``workflow/schemas/config.schema.yaml``) with one ``experiments`` key per
+    phase of the experiment table (`cherry.bench.phases.PHASES`), each a list of that phase's cases."""
+    from cherry.schemas import load_schema
+
+    schema = copy.deepcopy(load_schema("config"))
+    experiments = schema["properties"]["experiments"]
+    experiments["properties"] = {p.name: {"type": "array", "items": {"$ref": f"#/$defs/{p.case_schema}"}}
+                                 for p in PHASES.values()}
+    experiments["additionalProperties"] = False
+    return schema
 
 
 def describe_config_error(config: Any) -> Optional[str]:
     """One line describing the most relevant schema violation of ``config``, or None if it is valid."""
-    return schema_problem(config, "config", "config")
+    return schema_problem(config, "config", "config", schema=config_schema())
 
 
 def validate_config(config: Any) -> None:
@@ -41,75 +53,9 @@ def validate_config(config: Any) -> None:
         raise ConfigError(problem)
 
 
-def _system_ks(systems: Mapping[str, list]) -> Iterator[tuple[str, Any]]:
-    for system, ks in systems.items():
-        for k in ks:
-            yield system, k
-
-
-def _memory_wall(case: dict) -> Iterator[tuple[str, dict]]:
-    """One search per system and K, starting at ``start_batch``, under the case's capacity."""
-    for system, k in _system_ks(case["systems"]):
-        yield None, {"system": system, "num_microbatches": k, "batch_size": case.get("start_batch", 256),
-                     "device_memory_bytes": case["device_memory_bytes"]}
-
-
-def _epoch_time(case: dict) -> Iterator[tuple[str, dict]]:
-    """Every system at each K under each emulated capacity (same batch): time per epoch vs capacity."""
-    for capacity in case["device_memory_bytes"]:
-        for system, k in _system_ks(case["systems"]):
-            yield None, {"system": system, "num_microbatches": k, "device_memory_bytes": capacity}
-
-
-def _grid(case: dict) -> Iterator[tuple[Optional[str], dict]]:
-    for system, k in _system_ks(case["systems"]):
-        yield None, {"system": system, "num_microbatches": k}
-
-
-def _sensitivity(case: dict, base: dict) -> Iterator[tuple[str, dict]]:
-    layer_fanouts = case.get("layer_fanouts") or base.get("fanouts") or [10, 25]
-    layers = base.get("num_layers", 2)
-    for axis in SENSITIVITY_AXES:
-        for value in case["vary"].get(axis, ()):
-            if axis == "aggr":
-                change = {"model": "gat", "aggr": None} if value == "gat" else {"model": "sage", "aggr": value}
-            elif axis == "layers":
-                if value > len(layer_fanouts):
-                    raise ConfigError(f"layers {value} needs {value} fanouts, but layer_fanouts is {layer_fanouts}")
-                change = {"num_layers": value, "fanouts": list(layer_fanouts[:value])}
-            elif axis == "hidden":
-                change = {"hidden": value}
-            else:
-                change = {"fanouts": [value] * layers}
-            for system, k in _system_ks(case["systems"]):
-                yield axis, {**change, "system": system, "num_microbatches": k}
-
-
-def _ablation(case: dict) -> Iterator[tuple[str, dict]]:
-    for k in case["num_microbatches"]:
-        for options in [{}] + [dict(v) for v in case["variants"]]:
-            yield None, {"system": "cherry", "num_microbatches": k, "options": options}
-
-
-def _distributed(case: dict) -> Iterator[tuple[Optional[str], dict]]:
-    """Cherry at each K on each number of data-parallel ranks (the same logical batch each time)."""
-    for k in case["num_microbatches"]:
-        for nproc in case["nproc"]:
-            yield None, {"system": "cherry", "num_microbatches": k, "nproc": nproc}
-
-
-def _case_runs(experiment: str, case: dict, base: dict) -> Iterator[tuple[str, dict]]:
-    if experiment == "memory_wall":
-        return _memory_wall(case)
-    if experiment == "sensitivity":
-        return _sensitivity(case, base)
-    if experiment == "ablation":
-        return _ablation(case)
-    if experiment == "distributed":
-        return _distributed(case)
-    if experiment == "epoch_time":
-        return _epoch_time(case)
-    return _grid(case)
+def _phase_names(searched: bool) -> tuple[str, ...]:
+    """The table's phases expanded into searches (``searched``) or into runs, in table order."""
+    return tuple(p.name for p in PHASES.values() if p.searched == searched)
 
 
 def _build_spec(fields: dict, where: str, root: Optional[str]):
@@ -135,9 +81,9 @@ def _expand(config: Mapping[str, Any], experiments: tuple[str, ...]) -> Iterator
         for index, case in enumerate(config["experiments"].get(experiment) or ()):
             base = {**defaults, **(case.get("run") or {})}
             # a search measures memory (deterministic): one per setting, whatever the repeats
-            repeats = 1 if experiment in SEARCH_EXPERIMENTS else case.get("repeats", config.get("repeats", 1))
+            repeats = 1 if PHASES[experiment].searched else case.get("repeats", config.get("repeats", 1))
             seeds = case.get("seeds") or [base.get("seed", 0)]
-            for axis, fields in _case_runs(experiment, case, base):
+            for axis, fields in PHASES[experiment].expand(case, base):
                 for seed in seeds:
                     for repeat in range(repeats):
                         merged = {**base, **fields, "dataset": case["dataset"], "experiment": experiment,
@@ -155,10 +101,9 @@ def expand_experiments(config: Mapping[str, Any]) -> list[dict]:
     from cherry.spec import run_id
 
     seen: dict[str, dict] = {}
-    runs = tuple(e for e in EXPERIMENTS if e not in SEARCH_EXPERIMENTS)
-    for _, spec in _expand(config, runs):
+    for _, spec in _expand(config, _phase_names(searched=False)):
         seen.setdefault(run_id(spec), spec.to_dict())
-    for _ in _expand(config, SEARCH_EXPERIMENTS):  # a search's spec must be valid too: fail here, not in a job
+    for _ in _expand(config, _phase_names(searched=True)):  # a search's spec must be valid too: fail here, not in a job
         pass
     return list(seen.values())
 
@@ -171,7 +116,7 @@ def plan_searches(config: Mapping[str, Any]) -> dict[str, dict]:
     from cherry.spec import run_id
 
     searches: dict[str, dict] = {}
-    for case, spec in _expand(config, SEARCH_EXPERIMENTS):
+    for case, spec in _expand(config, _phase_names(searched=True)):
         searches.setdefault(run_id(spec), {"spec": spec.to_dict(),
                                            "ratio_tolerance": case.get("ratio_tolerance", RATIO_TOLERANCE),
                                            "seed_tolerance": case.get("seed_tolerance", SEED_TOLERANCE)})

@@ -83,13 +83,14 @@ def profile_k(dataset, spec, batches, k, device):
 
 
 def main(argv=None) -> int:
+    from cherry.cli.options import add_spec_arguments
+
     parser = argparse.ArgumentParser(prog="python -m cherry.bench.profile_syncs", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="synth-tiny")
     parser.add_argument("--root", default=None)
     parser.add_argument("--aggrs", default="mean,lstm")
     parser.add_argument("--ks", default="1,8")
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--fanouts", default="10,25")
+    add_spec_arguments(parser, ("batch_size", "fanouts"))  # the run schema's defaults
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--steps", type=int, default=3, help="profiled steps (after one warm-up)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -97,7 +98,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         ks = [int(v) for v in args.ks.split(",") if v]
-        fanouts = [int(v) for v in args.fanouts.split(",") if v]
+        fanouts = list(args.fanouts)
     except ValueError:
         parser.error(f"--ks and --fanouts must be comma-separated ints, got {args.ks!r} and {args.fanouts!r}")
     if not ks or min(ks) < 1 or args.steps < 1 or args.batch_size < 1:

@@ -1,17 +1,27 @@
 """`cherry bench ops|engine|systems`: side-by-side benchmarks that print ratios measured in one run.
 
 The command line of each benchmark is defined here; the measuring lives in
-`cherry.bench.benchmarks.<name>.run(args)`, which imports no CLI code.
+`cherry.bench.benchmarks.<name>.run(args)`, which imports no CLI code. Options that are run-spec keys
+(``--dataset``, ``--hidden``, ``--fanouts``, ...) come from the run schema (`add_spec_arguments`):
+their help, type and default are the schema's, and a benchmark names only the defaults where it
+differs (its `_OWN_DEFAULTS`).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 
-from cherry.cli.options import fanout_list, positive_int, size_bytes
+from cherry.cli.options import add_spec_arguments, positive_int, size_bytes
 
 BENCHMARKS = ("ops", "engine", "systems", "planner", "interop")
 _PLANNER_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-arxiv,synth-products"
+# Where a benchmark's setting differs from the run schema's default (the rest are the schema's).
+_OWN_DEFAULTS = {
+    "ops": {"dataset": "synth-arxiv"},
+    "engine": {"dataset": "synth-arxiv", "hidden": 128, "steps": 4, "warmup": 1},
+    "systems": {"dataset": "synth-arxiv", "aggr": "mean", "hidden": 128, "batch_size": 8192, "steps": 3, "warmup": 1},
+    "planner": {"hidden": 128},
+}
 
 
 def _runner(name: str):
@@ -29,20 +39,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _register_ops(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ops", help="native sampler, slicing and aggregation vs DGL and PyG")
-    p.add_argument("--dataset", default="synth-arxiv")
-    p.add_argument("--root", default=None)
+    add_spec_arguments(p, ("dataset", "root", "batch_size", "fanouts", "seed"), _OWN_DEFAULTS["ops"])
     p.add_argument("--synthetic-nodes", type=positive_int, default=None, metavar="N",
                    help="use a Chung-Lu power-law graph of N nodes instead of --dataset")
     p.add_argument("--synthetic-degree", type=float, default=13.7,
                    help="average in-degree of the Chung-Lu graph (ogbn-arxiv symmetrised: 13.7)")
-    p.add_argument("--batch-size", type=positive_int, default=1024)
-    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
     p.add_argument("--repeats", type=positive_int, default=20)
     p.add_argument("--features", type=positive_int, default=256)
     p.add_argument("--microbatches", type=positive_int, default=4, help="K for the slicing comparison")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="intra-op threads for torch, Cherry's ops and DGL (default: torch's setting)")
-    p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_runner("ops"))
 
 
@@ -50,17 +56,10 @@ def _register_ops(sub: argparse._SubParsersAction) -> None:
 
 def _register_engine(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("engine", help="step time vs K, planning share, redundancy, estimator error")
-    p.add_argument("--dataset", default="synth-arxiv")
-    p.add_argument("--root", default=None)
+    add_spec_arguments(p, ("dataset", "root", "hidden", "fanouts", "batch_size", "steps", "warmup", "device", "seed"),
+                       _OWN_DEFAULTS["engine"])
     p.add_argument("--aggrs", default="mean,lstm", help="comma-separated GraphSAGE aggregators")
     p.add_argument("--ks", default="2,4,8", help="comma-separated K values compared with K=1")
-    p.add_argument("--hidden", type=positive_int, default=128)
-    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
-    p.add_argument("--batch-size", type=positive_int, default=1024)
-    p.add_argument("--steps", type=positive_int, default=4, help="measured steps per K")
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lstm-impl", default="auto",
                    help="comma-separated LSTM aggregator implementations to compare (auto, packed, bucketed, steps)")
     p.add_argument("--repeats", type=positive_int, default=1,
@@ -73,19 +72,12 @@ def _register_engine(sub: argparse._SubParsersAction) -> None:
 
 def _register_systems(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("systems", help="cherry vs betty, buffalo, naive, full, dgl, pyg at equal K and budget")
-    p.add_argument("--dataset", default="synth-arxiv")
-    p.add_argument("--root", default=None)
+    add_spec_arguments(p, ("dataset", "root", "aggr", "hidden", "fanouts", "batch_size", "steps", "warmup", "device"),
+                       _OWN_DEFAULTS["systems"])
     p.add_argument("--systems", default="cherry,betty,buffalo,naive,full,dgl,pyg", help="comma-separated system names")
-    p.add_argument("--aggr", choices=("mean", "pool", "lstm"), default="mean")
-    p.add_argument("--hidden", type=positive_int, default=128)
-    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
-    p.add_argument("--batch-size", type=positive_int, default=8192)
     p.add_argument("--microbatches", type=positive_int, default=8, help="K for every micro-batching system")
     p.add_argument("--device-memory", type=size_bytes, default=None, help="emulated capacity (CPU) / cap (GPU)")
-    p.add_argument("--steps", type=positive_int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=positive_int, default=1, help="OMP/torch threads per run (default 1)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out-dir", default="results/bench-systems", help="where specs and records go")
     p.set_defaults(func=_runner("systems"))
 
@@ -96,11 +88,8 @@ def _register_planner(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-nodes", type=positive_int, default=100_000, help="nodes of each generated degree law")
     p.add_argument("--batch-sizes", default="1024,4096")
     p.add_argument("--ks", default="2,4,8,16")
-    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
-    p.add_argument("--hidden", type=positive_int, default=128)
+    add_spec_arguments(p, ("fanouts", "hidden", "root", "seed"), _OWN_DEFAULTS["planner"])
     p.add_argument("--repeats", type=positive_int, default=3, help="timings per planner (median)")
-    p.add_argument("--root", default=None)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("planner"))
 

@@ -16,46 +16,85 @@ from typing import Any, Mapping, Optional
 
 from cherry.spec import RunSpec, SpecError, spec_from_dict
 
-# spec key -> (extra human option name or None, metavar, help); types are checked by the spec.
-_SPEC_OPTIONS: dict[str, tuple[Optional[str], Optional[str], str]] = {
-    "dataset": (None, "NAME|PATH", "dataset name (see `cherry data info`), a registered name, or a directory "
-                                   "in OGB's layout"),
-    "root": (None, "DIR", "data directory (default: $CHERRY_DATA, else <repository>/data)"),
-    "model": (None, "NAME", "sage, gcn, gat, mlp or a registered model (default sage)"),
-    "aggr": (None, "mean|pool|lstm", "GraphSAGE aggregator (default mean)"),
-    "lstm_impl": (None, "auto|packed|bucketed|steps", "LSTM aggregator implementation (default auto)"),
-    "num_layers": ("--layers", "L", "number of layers (default 2)"),
-    "hidden": (None, "H", "hidden width (default 256)"),
-    "heads": (None, "N", "attention heads of gat (default 4)"),
-    "dropout": (None, "P", "dropout probability in [0, 1) (default 0)"),
-    "fanouts": (None, "F,F", "per layer, input layer first, e.g. 10,25; -1 = all neighbours (default 10,25)"),
-    "batch_size": (None, "B", "seeds per logical mini-batch (default 1024)"),
-    "num_microbatches": ("--microbatches", "K|auto",
-                         "micro-batches per step, or auto (default): the smallest K that fits the budget"),
-    "budget_bytes": ("--budget", "SIZE", "memory budget for training, e.g. 800MiB "
-                                         "(default: the device memory less a 10%% reserve)"),
-    "device_memory_bytes": ("--device-memory", "SIZE", "device capacity: emulated on a CPU (a tracker raises "
-                                                       "out-of-memory above it), an allocator cap on a GPU"),
-    "device": (None, "cpu|cuda", "device (default cpu)"),
-    "nproc": (None, "N", "data-parallel ranks, one process each (default 1; under torchrun/srun: theirs)"),
-    "seed": (None, "S", "random seed (default 0)"),
-    "epochs": (None, "E", "epochs (default 1)"),
-    "max_steps_per_epoch": ("--max-steps", "N", "cap on steps per epoch (for quick runs)"),
-    "lr": (None, "LR", "learning rate (default 0.003)"),
-    "optimizer": (None, "adam|adamw|sgd", "optimizer (default adam)"),
-    "weight_decay": (None, "WD", "weight decay (default 0)"),
-    "momentum": (None, "M", "momentum of sgd (default 0.9)"),
-    "input_dropout": (None, "P", "dropout on the input features, exact across micro-batches (default 0)"),
-    "steps": (None, "N", "measured steps of a benchmark run (epochs 0; default 10)"),
-    "warmup": (None, "N", "warm-up steps of a benchmark run (default 2)"),
-    "evaluate": (None, "true|false", "layer-wise evaluation after each epoch (default true)"),
-    "timeout_s": (None, "S", "wall-clock limit of a benchmark run (default 3600)"),
-}
-SPEC_OPTION_KEYS = tuple(_SPEC_OPTIONS)
-_INTEGER_KEYS = ("num_layers", "hidden", "heads", "batch_size", "nproc", "seed", "epochs", "max_steps_per_epoch", "steps",
-                 "warmup")
-_NUMBER_KEYS = ("dropout", "lr", "timeout_s", "weight_decay", "momentum", "input_dropout")
+# Everything about a spec key's option comes from the run schema (its description, default and
+# type); only these short names are added here, beside ``--key-with-dashes``.
+_ALIASES = {"num_layers": "--layers", "num_microbatches": "--microbatches", "budget_bytes": "--budget",
+            "device_memory_bytes": "--device-memory", "max_steps_per_epoch": "--max-steps"}
+_NOT_OPTIONS = ("system", "repeat", "experiment", "axis", "options")  # identity, bookkeeping, system switches
+_NULL_WORDS = ("", "none", "null", "None")
 _FANOUTS = re.compile(r"^-?\d+(,-?\d+)*$")
+
+
+def _schema() -> dict:
+    from cherry.schemas import load_schema
+
+    return load_schema("run")
+
+
+def _resolve(prop: dict, defs: dict) -> dict:
+    """``prop`` with a top-level ``$ref`` into ``$defs`` merged in (the property's own keys win)."""
+    ref = prop.get("$ref", "")
+    if ref.startswith("#/$defs/"):
+        return {**defs[ref.removeprefix("#/$defs/")], **{k: v for k, v in prop.items() if k != "$ref"}}
+    return prop
+
+
+def spec_properties() -> dict[str, dict]:
+    """``{key: schema property}`` of every run-spec key that is a command-line option, in schema order."""
+    schema = _schema()
+    defs = schema["$defs"]
+    props = {**schema["properties"], **defs["settings"]["properties"]}
+    return {k: _resolve(p, defs) for k, p in props.items() if k not in _NOT_OPTIONS}
+
+
+def _types(prop: dict) -> set:
+    """The JSON types a property allows at its top level (``oneOf`` branches included), plus
+    "null" where it allows null and "enum" where it lists values."""
+    kinds = prop.get("type", [])
+    out = set(kinds if isinstance(kinds, list) else [kinds])
+    if "enum" in prop:
+        out.add("enum")
+        if None in prop["enum"]:
+            out.add("null")
+    for branch in prop.get("oneOf", []) + prop.get("anyOf", []):
+        if branch.get("type") == "null":
+            out.add("null")
+        if "const" in branch:
+            out.add("const")
+    return out
+
+
+def _kind(prop: dict) -> str:
+    """How a command-line string becomes the key's JSON value: integer, number, boolean, integers (a
+    comma-separated list), choice-or-integer ("auto" or K), or text (the spec parses it, e.g. sizes)."""
+    types = _types(prop)
+    if "array" in types:
+        return "integers"
+    for kind in ("integer", "number", "boolean"):
+        if kind in types:
+            return kind
+    if "const" in types and any(b.get("type") == "integer" for b in prop.get("oneOf", [])):
+        return "choice-or-integer"
+    return "text"
+
+
+def _metavar(key: str, prop: dict) -> str:
+    kind = _kind(prop)
+    if "enum" in prop:
+        return "|".join(str(v) for v in prop["enum"] if v is not None)
+    if kind == "choice-or-integer":
+        return "K|" + "|".join(b["const"] for b in prop["oneOf"] if "const" in b)
+    if "oneOf" in prop and kind == "text":
+        return "SIZE"
+    return {"integers": "F,F", "integer": "N", "number": "X", "boolean": "true|false"}.get(kind, key.upper())
+
+
+def _help(prop: dict, default: Any = None, here: bool = False) -> str:
+    """The property's description and its default, as argparse help (``%`` escaped)."""
+    text = prop.get("description") or ""
+    if default is not None:
+        text += f" (default{' here' if here else ''}: {_text(default)})"
+    return text.replace("%", "%%")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -67,29 +106,75 @@ class OneLineParser(argparse.ArgumentParser):
 
 def add_spec_options(p: argparse.ArgumentParser, keys: Optional[tuple[str, ...]] = None,
                      defaults: Optional[Mapping[str, Any]] = None) -> None:
-    """Add the options of spec ``keys`` (default: all of them) to ``p``.
+    """Add the options of spec ``keys`` (default: all of them) to ``p``, their help generated from
+    the run schema.
 
     ``defaults`` are a command's own settings where it differs from the run schema (a benchmark's
     sizes, say); they are shown in the help and applied by `spec_from_args` unless given.
     """
     defaults = dict(defaults or {})
-    for key in keys or SPEC_OPTION_KEYS:
-        human, metavar, text = _SPEC_OPTIONS[key]
-        names = [n for n in (human, "--" + key.replace("_", "-")) if n]
-        if key in defaults:
-            text = re.sub(r"\(default[^)]*\)", "", text).strip() + f" (default here: {_text(defaults[key])})"
-        p.add_argument(*names, dest=key, metavar=metavar, default=argparse.SUPPRESS, help=text,
+    props = spec_properties()
+    for key in keys or tuple(props):
+        prop = props[key]
+        names = [n for n in (_ALIASES.get(key), "--" + key.replace("_", "-")) if n]
+        here = key in defaults
+        text = _help(prop, defaults[key] if here else prop.get("default"), here)
+        p.add_argument(*names, dest=key, metavar=_metavar(key, prop), default=argparse.SUPPRESS, help=text,
                        required=key == "dataset" and "dataset" not in defaults)
     p.set_defaults(_spec_defaults=defaults)
 
 
+def add_spec_arguments(p: argparse.ArgumentParser, keys: tuple[str, ...],
+                       defaults: Optional[Mapping[str, Any]] = None) -> None:
+    """Add spec ``keys`` to ``p`` as typed options with defaults (for commands such as `cherry bench`
+    that read ``args.<key>`` directly rather than building a `RunSpec`): the value is the key's JSON
+    value (a list as a tuple), checked against the run schema; the default is the command's own
+    (``defaults``) where it differs, else the schema's."""
+    defaults = dict(defaults or {})
+    props = spec_properties()
+    for key in keys:
+        prop = props[key]
+        here = key in defaults
+        default = defaults[key] if here else prop.get("default")
+        if isinstance(default, list):
+            default = tuple(default)
+        p.add_argument(*[n for n in (_ALIASES.get(key), "--" + key.replace("_", "-")) if n], dest=key,
+                       metavar=_metavar(key, prop), type=_typed(key, prop), default=default,
+                       help=_help(prop, default, here))
+
+
+def _typed(key: str, prop: dict):
+    """An argparse type: `_convert`, then the key's schema (one message naming what was expected)."""
+    from cherry.schemas import load_schema
+    import jsonschema
+
+    schema = {**prop, "$defs": load_schema("run")["$defs"]}
+
+    def convert(text: str):
+        try:
+            value = _convert(key, text)
+        except SpecError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"key {key}: ")) from None
+        errors = list(jsonschema.Draft202012Validator(schema).iter_errors(value))
+        if errors:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {prop.get('description') or 'valid'}")
+        return tuple(value) if isinstance(value, list) else value
+
+    convert.__name__ = key  # argparse names the type in its messages
+    return convert
+
+
 def add_ordering_option(p: argparse.ArgumentParser) -> None:
     """``--ordering``: cherry's seed ordering option (``options.ordering`` of the spec)."""
-    p.add_argument("--ordering", dest="ordering", choices=("metis", "random", "none"), default=argparse.SUPPRESS,
-                   help="seed ordering for locality (default metis)")
+    from cherry.planning.ordering import ORDERINGS
+
+    p.add_argument("--ordering", dest="ordering", choices=ORDERINGS, default=argparse.SUPPRESS,
+                   help="seed ordering for locality (default: the cherry system's option)")
 
 
 def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
@@ -101,17 +186,20 @@ def _flag(parser_actions, key: str) -> str:
 
 
 def _convert(key: str, text: Any) -> Any:
-    """A command-line string as the spec's JSON value (the spec then checks ranges and kinds)."""
+    """A command-line string as the spec's JSON value, by the key's kind in the run schema (the spec
+    then checks ranges and kinds)."""
     if not isinstance(text, str):
         return text
-    if key in ("aggr", "timeout_s", "max_steps_per_epoch") and text in ("", "none", "null", "None"):
+    prop = spec_properties()[key]
+    if "null" in _types(prop) and text in _NULL_WORDS:
         return None
-    if key in _INTEGER_KEYS:
+    kind = _kind(prop)
+    if kind == "integer":
         try:
             return int(text)
         except ValueError:
             raise SpecError(f"key {key}: expected an integer, got {text!r}") from None
-    if key in _NUMBER_KEYS:
+    if kind == "number":
         try:
             value = float(text)
         except ValueError:
@@ -119,23 +207,25 @@ def _convert(key: str, text: Any) -> Any:
         if not math.isfinite(value):  # "1e400" reads as inf: name the text as typed
             raise SpecError(f"key {key}: {text!r} is not a finite number (expected a finite number)")
         return value
-    if key == "fanouts":
+    if kind == "integers":
         if not _FANOUTS.match(text.strip()):
-            raise SpecError(f"key fanouts: expected comma-separated integers like 10,25 (-1 = all), got {text!r}")
+            raise SpecError(f"key {key}: expected comma-separated integers like 10,25 (-1 = all), got {text!r}")
         return [int(v) for v in text.split(",")]
-    if key == "num_microbatches":
-        if text == "auto":
-            return "auto"
+    if kind == "choice-or-integer":
+        choices = [b["const"] for b in prop["oneOf"] if "const" in b]
+        if text in choices:
+            return text
         try:
             return int(text)
         except ValueError:
-            raise SpecError(f"key num_microbatches: expected 'auto' or a positive integer, got {text!r}") from None
-    if key == "evaluate":
+            words = " or ".join(repr(c) for c in choices)
+            raise SpecError(f"key {key}: expected {words} or a positive integer, got {text!r}") from None
+    if kind == "boolean":
         if text.lower() in ("true", "1", "yes"):
             return True
         if text.lower() in ("false", "0", "no"):
             return False
-        raise SpecError(f"key evaluate: expected true or false, got {text!r}")
+        raise SpecError(f"key {key}: expected true or false, got {text!r}")
     return text
 
 
@@ -149,7 +239,7 @@ def spec_from_args(args: argparse.Namespace, parser: Optional[argparse.ArgumentP
     data.update(given.get("_spec_defaults") or {})
     actions = parser._actions if parser is not None else []
     try:
-        for key in _SPEC_OPTIONS:
+        for key in spec_properties():
             if key in given:
                 data[key] = _convert(key, given[key])
         if "ordering" in given:

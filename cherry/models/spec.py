@@ -19,7 +19,7 @@ SAGE_AGGREGATORS = ("mean", "pool", "lstm")
 LSTM_IMPLS = ("auto", "packed", "bucketed", "steps")
 # What "auto" runs on each device type: the fastest measured there (`cherry bench engine --lstm-impl
 # bucketed,packed,steps`). cuDNN runs a variable-length pack in one call; on the CPU torch's packed LSTM
-# misses oneDNN's fast path, and the explicit step loop beat the bucketed oneDNN calls (README).
+# misses oneDNN's fast path, and the explicit step loop beat the bucketed oneDNN calls (docs/training.md).
 AUTO_LSTM_IMPL = {"cuda": "packed", "cpu": "steps"}
 
 

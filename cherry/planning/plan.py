@@ -19,21 +19,20 @@ largest estimate is at most ``MAX_GROWTH`` above the contiguous split's: so choo
 redundancy above the contiguous split's and keeps the memory balance. Only the chosen candidate is
 sliced.
 
-Cost, measured on synth-arxiv, batch 8192, fanouts (10, 25), K = 8, one thread (a batch with
-locality; wall time per stage at cb6fa5e, medians of 167 plans with the caches evicted before each,
-on a shared 2-core machine): seed costs 0.2 ms (one `tree_costs` call), the split 0.3-0.4 (a 16-bit
-radix sort by rank), the candidates 2.0-2.1 (the top layer's refinement 1.8-1.9 of it),
-`group_shapes_many` of the four candidates 0.8, slicing the choice 1.8-1.9 (both layers; a 16-bit
-renumbering map per group, both cache lines of each row prefetched), in all 5.5-5.9. Right after a
-training step every small tensor op costs tens of microseconds, so the locality path keeps them few
-(`split_order`, one stack of the top layer's rows, one read-back of the estimates). Against Betty's
-partitioning of the same batch (`cherry bench planner`, five runs interleaved with `cherry bench
-engine`, which plans each batch again right after its step): 5.6 ms [5.1, 6.3] vs 80.2 ms, 14.1x
-[13.3, 15.5], and 4.8% [4.7, 4.9] of a CPU step (mean, hidden 128), within the 5% issue 13 asks for
-in all five runs; 6de579d's planner, timed the same way in five runs alternating with these
-(cb6fa5e's), took 5.3% [5.0, 5.4].
-A batch without locality pays the input-layer refinements (a reach build per call, linear in the
-seeds' sampled trees, each pass times K): see the README's Planner paragraph.
+Contracts: ``seed_groups`` partition the batch's seed positions; ``microbatches[i]`` equals
+``slice_blocks(blocks, seed_groups[i])``; with K chosen, every estimate is at most
+``budget * (1 - safety)`` or `BudgetTooSmallError` was raised; ``redundancy[l]`` is the micro-batches'
+summed sources at layer ``l`` over the batch's. The function is pure: no timing, no I/O.
+
+Cost: the planner runs on the loader's thread beside each training step, so it is built to take a
+few percent of a step. Per stage on a batch with locality: seed costs (one `tree_costs` call), the
+split (a 16-bit radix sort by rank), the candidates (mostly the top layer's refinement), one
+`group_shapes_many` walk for all candidates, then slicing the choice (a 16-bit renumbering map per
+group). Right after a step every small tensor op costs tens of microseconds, so the locality path
+keeps them few (`split_order`, one stack of the top layer's rows, one read-back of the estimates).
+A batch without locality also pays the input-layer refinements (a reach build per call, linear in
+the seeds' sampled trees, each pass times K). Measure it with ``cherry bench planner`` and
+``cherry bench engine`` (its "plan work" column); docs/benchmarks.md has the figures.
 """
 from __future__ import annotations
 
@@ -123,14 +122,16 @@ def plan_microbatches(
     num_microbatches: Optional[int] = None,
     seed_rank: Optional[torch.Tensor] = None,
     balance: str = "memory",
-    safety: float = 0.1,
+    safety: float = 0.0,
     positions: Optional[torch.Tensor] = None,
     refine: bool = True,
 ) -> MicrobatchPlan:
     """Plan the micro-batches of ``blocks`` (or of the seeds at ``positions`` only, when re-planning).
 
     Either ``num_microbatches`` is given (a fixed K, the budget only reported) or ``budget_bytes``
-    is, and K is the smallest found whose largest micro-batch is estimated to fit with ``safety``.
+    is, and K is the smallest found whose largest micro-batch is estimated to fit with ``safety``
+    (a fraction of the budget kept free; none unless asked: the cherry system's margin is its option
+    ``safety`` in the systems table, which the executor passes).
     ``refine``: choose among candidate splits by their exact input counts (see the module docstring).
     """
     if num_microbatches is None and budget_bytes is None:

@@ -19,6 +19,7 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
+from cherry.bench.phases import SENSITIVITY_AXES
 from cherry.report import tables as t
 
 
@@ -94,11 +95,18 @@ def _by_case(rows: pd.DataFrame):
         yield case, rows[rows["case"] == case]
 
 
-def _k_lines(frame: pd.DataFrame, experiment: str, title: str, ylabel: str,
+def _no_runs(title: str, figure: str):
+    """The picture of a figure whose phases have no runs in the table."""
+    from cherry.bench.phases import phases_of_figure
+
+    return _empty(title, f"no {' or '.join(phases_of_figure(figure)) or figure} runs in the table")
+
+
+def _k_lines(frame: pd.DataFrame, figure: str, title: str, ylabel: str,
              value: Callable[[pd.DataFrame], Optional[tuple]], reference_line: bool, yline: Optional[float] = None):
-    rows = frame[frame["experiment"] == experiment]
+    rows = t.rows_of_figure(frame, figure)
     if rows.empty:
-        return _empty(title, f"no {experiment} runs in the table")
+        return _no_runs(title, figure)
     cases = list(_by_case(rows))
     fig, axes = _grid(len(cases), 1, width=6.4)
     for i, (case, group) in enumerate(cases):
@@ -133,14 +141,14 @@ def draw_microbatch_cost(frame: pd.DataFrame):
 
 
 def draw_redundancy(frame: pd.DataFrame):
-    return _k_lines(frame, "microbatch_cost", "Redundancy", "input-layer redundancy",
+    return _k_lines(frame, "redundancy", "Redundancy", "input-layer redundancy",
                     lambda rows: t.column_stats(rows, "redundancy_input"), False, yline=1.0)
 
 
 def draw_breakdown(frame: pd.DataFrame):
-    rows = frame[frame["experiment"] == "breakdown"]
+    rows = t.rows_of_figure(frame, "breakdown")
     if rows.empty:
-        return _empty("Time breakdown", "no breakdown runs in the table")
+        return _no_runs("Time breakdown", "breakdown")
     cases = list(_by_case(rows))
     fig, axes = _grid(len(cases), 1, width=7.0)
     colors = _plt().get_cmap("tab10")
@@ -172,9 +180,9 @@ def _epoch_curve(series: pd.DataFrame, column: str) -> list[float]:
 
 
 def draw_convergence(frame: pd.DataFrame):
-    rows = frame[frame["experiment"] == "convergence"]
+    rows = t.rows_of_figure(frame, "convergence")
     if rows.empty:
-        return _empty("Convergence", "no convergence runs in the table")
+        return _no_runs("Convergence", "convergence")
     cases = list(_by_case(rows))
     fig, axes = _grid(len(cases), 2, width=5.2)
     for i, (case, group) in enumerate(cases):
@@ -199,10 +207,10 @@ def _axis_value(row, axis: str):
 
 
 def draw_sensitivity(frame: pd.DataFrame):
-    rows = frame[frame["experiment"] == "sensitivity"]
+    rows = t.rows_of_figure(frame, "sensitivity")
     if rows.empty:
-        return _empty("Sensitivity", "no sensitivity runs in the table")
-    axes_names = [a for a in ("aggr", "layers", "hidden", "fanout") if a in set(rows["axis"])]
+        return _no_runs("Sensitivity", "sensitivity")
+    axes_names = [a for a in SENSITIVITY_AXES if a in set(rows["axis"])]
     datasets = list(dict.fromkeys(rows["dataset"]))
     fig, axes = _grid(2 * len(datasets), len(axes_names), width=4.0)
     for d, dataset in enumerate(datasets):
@@ -238,9 +246,9 @@ def draw_sensitivity(frame: pd.DataFrame):
 
 
 def draw_ablation(frame: pd.DataFrame):
-    rows = frame[frame["experiment"] == "ablation"]
+    rows = t.rows_of_figure(frame, "ablation")
     if rows.empty:
-        return _empty("Ablation", "no ablation runs in the table")
+        return _no_runs("Ablation", "ablation")
     rows = rows.assign(case=[f"{c} K={k}" for c, k in zip(rows["case"], rows["k"])])
     cases = list(_by_case(rows))
     fig, axes = _grid(len(cases), 3, width=4.6, height=3.8)
@@ -306,13 +314,26 @@ def _table_only(draw: Callable[[pd.DataFrame], object]):
     return lambda frame, searches, sizes: draw(frame)
 
 
-# name -> draw(run table, memory-wall searches, {dataset: training-set size})
-FIGURES: dict[str, Callable[[pd.DataFrame, pd.DataFrame, dict], object]] = {
+# name -> draw(run table, memory-wall searches, {dataset: training-set size}). Which runs each figure
+# reads is the experiment table (cherry.bench.phases: a phase's `figures`); a draw function takes its
+# rows with `tables.rows_of_figure(frame, name)`.
+Draw = Callable[[pd.DataFrame, pd.DataFrame, dict], object]
+FIGURES: dict[str, Draw] = {
     "memory_wall": _memory_wall, "microbatch_cost": _table_only(draw_microbatch_cost),
     "redundancy": _table_only(draw_redundancy), "breakdown": _table_only(draw_breakdown),
     "convergence": _table_only(draw_convergence), "sensitivity": _table_only(draw_sensitivity),
     "ablation": _table_only(draw_ablation), "estimator": _table_only(draw_estimator), "epoch_time": _epoch_time,
 }
+
+
+def register_figure(name: str, draw: Callable[[pd.DataFrame], object], *, searches_and_sizes: bool = False) -> None:
+    """Add figure ``name`` (the name a phase's ``figures`` lists): ``draw(frame)`` returns a matplotlib
+    figure, or ``draw(frame, searches, sizes)`` with ``searches_and_sizes``. ValueError if the name is
+    taken, TypeError if ``draw`` is not callable."""
+    from cherry.bench.phases import check_new_entry
+
+    check_new_entry("figure", name, FIGURES, draw)
+    FIGURES[name] = draw if searches_and_sizes else _table_only(draw)
 
 
 def render(name: str, frame: pd.DataFrame, png: Optional[str], pdf: Optional[str],

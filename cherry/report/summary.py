@@ -12,7 +12,8 @@ records: each system's own K and the largest batch it trains. From the outputs o
 (warm-up excluded) pooled over repeats, with the hierarchical interval of `cherry.report.stats`; a
 missing or failed run leaves its cell as "-". ``--json`` writes every timed ratio with its interval
 and verdict (``{"ratios": [{"key", "section", "value", "low", "high", "verdict", ...}]}``), which
-`cherry.report.compare_verdicts` compares between two workflow runs.
+`cherry.report.compare_verdicts` compares between two workflow runs. The sections are `SECTIONS`;
+which experiment phases feed each is the experiment table (`cherry.bench.phases`).
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ import json
 import math
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import pandas as pd
 
@@ -106,7 +108,7 @@ def _ratio_text(r) -> str:
 
 
 def speedup_section(frame: pd.DataFrame, ratios: Optional[list] = None) -> list[str]:
-    rows = frame[frame["experiment"].isin(["microbatch_cost", "breakdown"])]
+    rows = t.rows_of_section(frame, "step_time")
     out, verdicts = [], {"betty": [], "buffalo": [], "naive": []}
     for (experiment, case, k), group in rows.groupby(["experiment", "case", "k"], sort=False):
         if k in ("1", "auto") or "cherry" not in set(group["system"]):
@@ -135,7 +137,7 @@ def speedup_section(frame: pd.DataFrame, ratios: Optional[list] = None) -> list[
 
 
 def memory_section(frame: pd.DataFrame) -> list[str]:
-    rows = frame[frame["experiment"].isin(["microbatch_cost", "breakdown", "sensitivity"])]
+    rows = t.rows_of_section(frame, "memory")
     out = []
     for (experiment, case), group in rows.groupby(["experiment", "case"], sort=False):
         refs = {s: _median_peak_mib(group[group["system"] == s]) for s in ("full", "dgl")}
@@ -175,7 +177,7 @@ def wall_section(searches: pd.DataFrame) -> list[str]:
 
 def epoch_time_section(frame: pd.DataFrame, sizes: dict[str, int]) -> list[str]:
     """Time per epoch against capacity (median step seconds x steps per epoch), each system at its own K."""
-    rows = frame[frame["experiment"] == "epoch_time"]
+    rows = t.rows_of_section(frame, "epoch_time")
     out = []
     order = {system: i for i, system in enumerate(dict.fromkeys(rows["system"]))}  # the config's order
     groups = rows.groupby(["case", "system", "k", "device_memory_bytes"], sort=False)
@@ -226,7 +228,7 @@ def _last_epoch(rows: pd.DataFrame, column: str) -> Optional[float]:
 
 
 def convergence_section(frame: pd.DataFrame) -> list[str]:
-    rows = frame[frame["experiment"] == "convergence"]
+    rows = t.rows_of_section(frame, "convergence")
     out = []
     for (case, system, k), group in rows.groupby(["case", "system", "k"], sort=False):
         acc, loss = _last_epoch(group, "epoch_valid_acc"), _last_epoch(group, "epoch_losses")
@@ -235,7 +237,7 @@ def convergence_section(frame: pd.DataFrame) -> list[str]:
 
 
 def ablation_section(frame: pd.DataFrame, ratios: Optional[list] = None) -> list[str]:
-    rows = frame[frame["experiment"] == "ablation"]
+    rows = t.rows_of_section(frame, "ablation")
     out = []
     for (case, k), group in rows.groupby(["case", "k"], sort=False):
         base = group[group["variant"] == "all on"]
@@ -267,10 +269,56 @@ def status_section(frame: pd.DataFrame) -> list[str]:
     return lines + (_table(["experiment", "system", "dataset", "batch", "status", "reason"], rows) if rows else [])
 
 
+@dataclass(frozen=True)
+class SummaryInputs:
+    """What a section reads: the run table, the memory wall's searches, each dataset's training-set
+    size, the `cherry verify` outputs, and the list that collects every timed ratio (or None)."""
+
+    frame: pd.DataFrame
+    searches: pd.DataFrame
+    sizes: dict
+    verify_paths: list
+    ratios: Optional[list]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of the summary: under "Timed results" (``timed``) or "Deterministic results";
+    ``write(inputs)`` returns its Markdown lines. A section fed by experiment phases (a phase's
+    ``summary`` names it, `cherry.bench.phases`) reads their rows with `tables.rows_of_section`."""
+
+    timed: bool
+    write: Callable[[SummaryInputs], list]
+
+
+# Every section, in the summary's order within its group (timed, then deterministic).
+SECTIONS: dict[str, Section] = {
+    "step_time": Section(True, lambda i: speedup_section(i.frame, i.ratios)),
+    "ablation": Section(True, lambda i: ablation_section(i.frame, i.ratios)),
+    "epoch_time": Section(True, lambda i: epoch_time_section(i.frame, i.sizes)),
+    "memory": Section(False, lambda i: memory_section(i.frame)),
+    "memory_wall": Section(False, lambda i: wall_section(i.searches)),
+    "verify": Section(False, lambda i: verify_section(i.verify_paths)),
+    "estimator": Section(False, lambda i: estimator_section(i.frame)),
+    "convergence": Section(False, lambda i: convergence_section(i.frame)),
+    "runs": Section(False, lambda i: status_section(i.frame)),
+}
+
+
+def register_section(name: str, write: Callable[[SummaryInputs], list], *, timed: bool) -> None:
+    """Add section ``name`` (the name a phase's ``summary`` lists) after the others of its group.
+    ValueError if the name is taken, TypeError if ``write`` is not callable."""
+    from cherry.bench.phases import check_new_entry
+
+    check_new_entry("summary section", name, SECTIONS, write)
+    SECTIONS[name] = Section(bool(timed), write)
+
+
 def render_summary(frame: pd.DataFrame, verify_paths: list[str], searches: Optional[pd.DataFrame] = None,
                    sizes: Optional[dict[str, int]] = None, ratios: Optional[list] = None) -> str:
     """The whole summary as Markdown; every timed ratio is appended to ``ratios`` if given."""
     searches = t.load_searches([]) if searches is None else searches
+    inputs = SummaryInputs(frame, searches, sizes or {}, list(verify_paths), ratios)
     sha = ", ".join(sorted(set(str(s)[:10] for s in frame["git_sha"].dropna()))) or "unknown"
     devices = ", ".join(sorted(set(str(d) for d in frame["device_name"].dropna()))) or "unknown"
     lines = ["# Cherry benchmark summary", "",
@@ -279,13 +327,13 @@ def render_summary(frame: pd.DataFrame, verify_paths: list[str], searches: Optio
     lines += ["# Timed results", "",
               "Timed runs never overlap (the workflow's `timed_runs` resource) and repeats are interleaved "
               "across systems; every ratio carries its 95% interval from a bootstrap over repeats and steps.", ""]
-    for section in (speedup_section(frame, ratios), ablation_section(frame, ratios),
-                    epoch_time_section(frame, sizes or {})):
-        lines += section
+    for section in SECTIONS.values():
+        if section.timed:
+            lines += section.write(inputs)
     lines += ["# Deterministic results", "", "Memory peaks, K, redundancy and gradient error: no repeats needed.", ""]
-    for section in (memory_section(frame), wall_section(searches), verify_section(verify_paths),
-                    estimator_section(frame), convergence_section(frame), status_section(frame)):
-        lines += section
+    for section in SECTIONS.values():
+        if not section.timed:
+            lines += section.write(inputs)
     return "\n".join(lines).rstrip() + "\n"
 
 

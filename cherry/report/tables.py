@@ -83,6 +83,21 @@ def load_table(path: str | os.PathLike) -> pd.DataFrame:
     return frame
 
 
+def rows_of_figure(frame: pd.DataFrame, figure: str) -> pd.DataFrame:
+    """The rows of the experiment phases that draw figure ``figure`` (the experiment table,
+    `cherry.bench.phases`), in the table's order of rows."""
+    from cherry.bench.phases import phases_of_figure
+
+    return frame[frame["experiment"].isin(phases_of_figure(figure))]
+
+
+def rows_of_section(frame: pd.DataFrame, section: str) -> pd.DataFrame:
+    """The rows of the experiment phases that feed summary section ``section`` (`cherry.bench.phases`)."""
+    from cherry.bench.phases import phases_of_section
+
+    return frame[frame["experiment"].isin(phases_of_section(section))]
+
+
 def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["status"] == "ok"]
 

@@ -65,7 +65,7 @@ def draw_memory_wall(searches: pd.DataFrame):
 
 
 def draw_epoch_time(frame: pd.DataFrame, sizes: dict[str, int]):
-    rows = frame[frame["experiment"] == "epoch_time"]
+    rows = t.rows_of_figure(frame, "epoch_time")
     if rows.empty:
         return _empty("Time per epoch vs capacity", "no epoch_time runs in the table")
     cases = list(dict.fromkeys(rows["case"]))

@@ -1,7 +1,7 @@
-"""Workflow faults survived by the README's own words (issue 14): kill -9, a corrupt record, a failed
+"""Workflow faults survived by what docs/workflow.md promises (issue 14): kill -9, a corrupt record, a failed
 aggregation.
 
-The README's recovery paragraph says: after a crash or `kill -9` of Snakemake, run the same command
+docs/workflow.md (Recovery) says: after a crash or `kill -9` of Snakemake, run the same command
 again, `snakemake --cores all` (or `make run`). These tests run exactly that command (with
 `--snakefile`/`--directory` pointing at a temporary working directory) on a tiny config of four runs:
 the workflow is killed once two records exist, one of them is then truncated (as by a full disk), and
@@ -25,7 +25,7 @@ from cherry.bench.experiments import plan_runs
 from cherry.bench.record import validate_record
 from tests.workflow.test_snakemake import SNAKEFILE, snakemake, write_config
 
-RESUME = ("--cores", "all")  # the README's resume command: the run command itself
+RESUME = ("--cores", "all")  # the documented resume command: the run command itself
 
 
 def recovery_config(root: Path) -> dict:
@@ -73,7 +73,7 @@ def assert_every_record_once(workdir: Path, runs: dict) -> None:
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory):
     """The tiny workflow killed with SIGKILL once two records exist, a record truncated, then the
-    README's command run once."""
+    documented command run once."""
     workdir = tmp_path_factory.mktemp("recovery")
     config = recovery_config(workdir / "data")
     write_config(workdir, config)

@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from cherry.bench.experiments import plan_runs, plan_searches
+from cherry.bench.phases import figure_sources
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEFILE = REPO / "Snakefile"
-FIGURES = ("memory_wall", "microbatch_cost", "redundancy", "breakdown", "convergence", "sensitivity",
-           "ablation", "estimator", "epoch_time")
+FIGURES = tuple(figure_sources())  # the experiment table's figures: the tiny config draws every one
 
 
 def tiny_config(root: Path) -> dict:

@@ -6,6 +6,7 @@ import os
 import shlex
 import sys
 
+from cherry.bench.phases import PHASES, figure_sources, timed_phases
 from cherry.data.ogb_dir import dataset_slug
 from cherry.bench.experiments import (
     ConfigError,
@@ -50,27 +51,17 @@ envvars:
 
 os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 THREADS = config.get("threads", 1)  # Snakemake exports it as OMP_NUM_THREADS of each job
-# Experiments whose step times are compared (their runs must not overlap); the others measure memory,
-# K or accuracy, which other jobs beside them do not change (sensitivity: its peaks are the point;
-# its times are indicative).
-TIMED_EXPERIMENTS = ("microbatch_cost", "breakdown", "ablation", "distributed", "epoch_time")
+# Experiments whose step times are compared (their runs must not overlap): the experiment table's
+# timed phases (cherry.bench.phases.PHASES).
+TIMED_EXPERIMENTS = timed_phases()
 DATA_ROOT = (config.get("data") or {}).get("root")
 # The project's environment for `--software-deployment-method conda` (jobs run in the current
 # environment otherwise).
 CONDA_ENV = "../../environment.yml"
-# Figures drawn from the table: experiment figures for experiments with runs, plus redundancy
-# (from the micro-batch cost runs) and the estimator (from every cherry run).
-FIGURES = {
-    "memory_wall": "memory_wall",
-    "microbatch_cost": "microbatch_cost",
-    "redundancy": "microbatch_cost",
-    "breakdown": "breakdown",
-    "convergence": "convergence",
-    "sensitivity": "sensitivity",
-    "ablation": "ablation",
-    "estimator": "cherry",
-    "epoch_time": "epoch_time",
-}
+# Figure -> what draws it: a phase of the experiment table (cherry.bench.phases), or a system whose
+# runs of every phase it reads (the estimator: cherry). Its caption: workflow/report/captions/<figure>.rst.
+FIGURES = figure_sources()
+CAPTIONS = os.path.join(workflow.basedir, "workflow", "report", "captions")
 
 
 wildcard_constraints:
@@ -99,13 +90,19 @@ def search_paths():
 
 
 def has_runs(what):
-    """Whether some run belongs to experiment ``what`` ("cherry": some run of the cherry system;
-    "memory_wall": some search)."""
-    if what == "memory_wall":
-        return bool(SEARCHES)
-    if what == "cherry":
-        return any(spec["system"] == "cherry" for spec in RUNS.values())
+    """Whether some run or search belongs to experiment ``what``, or, for a system's name (a figure
+    source that is not a phase), whether some run is of that system."""
+    if what not in PHASES:
+        return any(spec["system"] == what for spec in RUNS.values())
+    if PHASES[what].searched:
+        return any(search["spec"]["experiment"] == what for search in SEARCHES.values())
     return any(spec["experiment"] == what for spec in RUNS.values())
+
+
+def figure_caption(wildcards):
+    """The report caption of one figure, workflow/report/captions/{figure}.rst (figure.rst shows it)."""
+    with open(os.path.join(CAPTIONS, f"{wildcards.figure}.rst"), encoding="utf-8") as f:
+        return f.read()
 
 
 def figure_paths():

@@ -1,7 +1,7 @@
-# One rule draws every figure (its caption in the HTML report: its section of workflow/report/figure.rst,
-# chosen by the {figure} wildcard); each is
-# drawn from the table (and the memory wall's searches, the datasets' sizes) alone by `python -m cherry.report.figures NAME`, as PNG and PDF. Which figures
-# exist, and which experiment feeds each, is FIGURES in common.smk.
+# One rule draws every figure, each from the table (and the memory wall's searches, the datasets'
+# sizes) alone by `python -m cherry.report.figures NAME`, as PNG and PDF. Which figures exist, and
+# which experiment phase feeds each, is the experiment table (cherry.bench.phases; FIGURES in
+# common.smk); a figure's caption in the HTML report is workflow/report/captions/{figure}.rst.
 
 
 rule draw_figure:
@@ -15,6 +15,8 @@ rule draw_figure:
             labels={"figure": "{figure}"},
         ),
         pdf="results/figures/{figure}.pdf",
+    params:
+        caption=figure_caption,
     log:
         "results/logs/figures/{figure}.log",
     conda:
