@@ -31,7 +31,7 @@ import torch
 
 from baselines.betty.reg import lstm_estimate_bytes, partition_seeds, rebuild_blocks, resplit_largest
 from baselines.common import AccumulatingSystem, redundancy_against
-from cherry.bench.system import StepOutcome
+from cherry.systems.contract import StepOutcome
 from cherry.sampling import Blocks
 
 

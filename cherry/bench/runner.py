@@ -22,7 +22,7 @@ import torch
 
 from cherry.bench.measure import RunPeakMemory, TimingProbe
 from cherry.bench.record import RunMeasurements, build_record, write_record
-from cherry.bench.system import SystemUnavailable
+from cherry.systems.contract import SystemUnavailable
 from cherry.data.metrics import SPLITS
 from cherry.sampling import BatchLoader, sampling_generator, spec_seed_batches
 from cherry.spec import RunSpec, resolve_budget_bytes

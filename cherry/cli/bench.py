@@ -1,7 +1,7 @@
 """`cherry bench ops|engine|systems`: side-by-side benchmarks that print ratios measured in one run.
 
 The command line of each benchmark is defined here; the measuring lives in
-`cherry.bench.benchmarks.<name>.run(args)`, which imports no CLI code.
+`benchmarks.<name>.run(args)`, which imports no CLI code.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ _PLANNER_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-arxiv,synth-products
 
 def _runner(name: str):
     def run(args: argparse.Namespace) -> int:
-        return importlib.import_module(f"cherry.bench.benchmarks.{name}").run(args)
+        return importlib.import_module(f"benchmarks.{name}").run(args)
     return run
 
 

@@ -72,7 +72,7 @@ section gpu-tests 120 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests
 E=( "$PY" -m cherry bench engine --dataset synth-arxiv --device cuda --aggrs mean,lstm --ks 2,4,8 --steps 3 --warmup 1 )
 section engine-b1024 60 "${E[@]}" --batch-size 1024 --json "$OUT/engine-b1024.json"
 section engine-b65536 90 "${E[@]}" --batch-size 65536 --json "$OUT/engine-b65536.json"
-section profile-syncs 45 "$PY" -m cherry.bench.profile_syncs --dataset synth-arxiv --device cuda --ks 1,8 \
+section profile-syncs 45 "$PY" -m benchmarks.profile_syncs --dataset synth-arxiv --device cuda --ks 1,8 \
   --batch-size 1024 --steps 3 --json "$OUT/profile-syncs.json"
 # the memory wall: SAGE-LSTM, hidden 512, the whole arxiv-sized training set as one batch, 24 GiB cap,
 # through the benchmark runner: its record has the status (an out-of-memory is a result: exit 0), K,

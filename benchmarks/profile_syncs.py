@@ -1,4 +1,4 @@
-"""`python -m cherry.bench.profile_syncs`: host syncs, copies and kernel launches per step, by K.
+"""`python -m benchmarks.profile_syncs`: host syncs, copies and kernel launches per step, by K.
 
 For each K, trains a few steps of SAGE (mean or lstm) on pre-sampled batches of a dataset with the
 executor (planning done before the step, as the Trainer does) and reports, per step and per
@@ -83,7 +83,7 @@ def profile_k(dataset, spec, batches, k, device):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cherry.bench.profile_syncs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_syncs", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="synth-tiny")
     parser.add_argument("--root", default=None)
     parser.add_argument("--aggrs", default="mean,lstm")

@@ -7,7 +7,7 @@ colour and marker in every figure, the module whose ``SYSTEM`` attribute is its 
 missing third-party package becomes a skipped run), and the JSON schema of its ``options`` (each
 property's ``default`` is the option's only default).
 
-Adding a system: write ``baselines/<name>/`` with ``SYSTEM = <class>`` (a `cherry.bench.system.System`)
+Adding a system: write ``baselines/<name>/`` with ``SYSTEM = <class>`` (a `cherry.systems.contract.System`)
 and call `register_system` here (or, for code outside this repository, before building specs).
 """
 from __future__ import annotations
@@ -91,7 +91,7 @@ def register_system(entry: SystemEntry) -> SystemEntry:
 
 
 for _entry in (
-    SystemEntry("cherry", "cherry.bench.cherry_system", False, "#c0392b", "o", "Cherry", _CHERRY_OPTIONS),
+    SystemEntry("cherry", "cherry.systems.cherry_system", False, "#c0392b", "o", "Cherry", _CHERRY_OPTIONS),
     SystemEntry("full", "baselines.full", True, "#222222", "s", "full batch"),
     SystemEntry("dgl", "baselines.dgl", True, "#2471a3", "D", "DGL"),
     SystemEntry("pyg", "baselines.pyg", True, "#17a2b8", "P", "PyG"),
@@ -125,11 +125,11 @@ def is_whole_batch(name: str) -> bool:
 def get_system(name: str):
     """The `System` class registered as ``name``.
 
-    Raises ValueError for an unknown name, `cherry.bench.system.SystemUnavailable` when a
+    Raises ValueError for an unknown name, `cherry.systems.contract.SystemUnavailable` when a
     third-party package the system needs is missing, and ImportError for a broken module of this
     repository.
     """
-    from cherry.bench.system import System, SystemUnavailable
+    from cherry.systems.contract import System, SystemUnavailable
 
     entry = system_entry(name)
     try:
@@ -143,5 +143,5 @@ def get_system(name: str):
         raise SystemUnavailable(f"system {name!r} needs the package {missing!r}, which is not installed") from exc
     cls = getattr(module, "SYSTEM", None)
     if not (isinstance(cls, type) and issubclass(cls, System)):
-        raise ImportError(f"{entry.module}.SYSTEM must be a subclass of cherry.bench.system.System, got {cls!r}")
+        raise ImportError(f"{entry.module}.SYSTEM must be a subclass of cherry.systems.contract.System, got {cls!r}")
     return cls
