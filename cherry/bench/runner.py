@@ -111,7 +111,7 @@ def _nvml_index() -> int:
 
 def _check_skips(spec: RunSpec):
     """The system class, or `Skipped` when this run cannot happen here."""
-    from cherry.systems import get_system
+    from cherry.systems.contract import get_system
 
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise Skipped("device cuda asked for, but CUDA is not available on this machine")
@@ -263,7 +263,7 @@ def execute(spec: RunSpec, out_path: str, log: Callable[[str], None]) -> int:
     if spec.nproc > 1 and not torch.distributed.is_initialized():
         from cherry.bench.ranks import execute_ranks
 
-        return execute_ranks(spec, out_path, log)
+        return EXIT_ERROR if execute_ranks(spec, out_path, log, execute) == "error" else EXIT_OK
     import traceback
 
     from cherry.memory import process_peak_rss_bytes

@@ -189,6 +189,19 @@ def steps_per_epoch(info_paths: Iterable[str | os.PathLike]) -> dict[str, int]:
     return sizes
 
 
+def add_report_inputs(parser) -> None:
+    """The options every report command reads its inputs from: ``--table``, ``--searches``, ``--data-info``."""
+    parser.add_argument("--table", required=True, help="results/records/runs.csv")
+    parser.add_argument("--searches", nargs="*", default=[], help="memory-wall search records")
+    parser.add_argument("--data-info", nargs="*", default=[], help="`cherry data info` outputs (steps per epoch)")
+
+
+def read_report_inputs(args) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
+    """(run table, memory-wall searches, steps per epoch) from `add_report_inputs`' options; a bad file
+    is a ValueError naming it, which the command prints as its one line (exit 2)."""
+    return load_table(args.table), load_searches(args.searches), steps_per_epoch(args.data_info)
+
+
 def epoch_time_stats(rows: pd.DataFrame, train_size: int) -> Optional[tuple[float, float, float]]:
     """(median, 10th, 90th percentile) seconds per epoch of ``rows`` (one batch size): per-step seconds
     times the steps of one epoch, ceil(training-set size / batch size)."""

@@ -10,7 +10,8 @@ import cherry.systems as systems
 from cherry.bench.record import validate_record
 from cherry.bench.runner import execute
 from cherry.spec import SpecError, make_spec
-from cherry.systems import SystemEntry, get_system, register_system, system_entry, system_names
+from cherry.systems import SystemEntry, register_system, system_entry, system_names
+from cherry.systems.contract import get_system
 from tests.unit.toy_system import OPTIONS, ToySystem
 
 ENTRY = SystemEntry("toy", "tests.unit.toy_system", whole_batch=False, colour="#8e44ad", marker="x", label="Toy",
