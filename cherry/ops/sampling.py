@@ -16,6 +16,7 @@ import torch
 
 from cherry.ops import reference_sampling as ref
 from cherry.ops.extension import extension_available
+from cherry.ops.reference_sampling import SliceManyOutputs
 
 _SEED_RANGE = (-(2**63), 2**63 - 1)
 _FANOUT_MAX = 2**63 - 1  # the native op's int64 argument
@@ -123,13 +124,8 @@ def _slice_layer(
     return ref.slice_layer(indptr, indices, dst_positions, num_parent_src)
 
 
-def slice_layer_many(
-    indptr: torch.Tensor,
-    indices: torch.Tensor,
-    dst_positions: torch.Tensor,
-    group_offsets: list[int],
-    parent_src_nodes: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
+def slice_layer_many(indptr: torch.Tensor, indices: torch.Tensor, dst_positions: torch.Tensor,
+                     group_offsets: list[int], parent_src_nodes: torch.Tensor) -> SliceManyOutputs:
     """`slice_layer` of K >= 1 non-empty groups of destinations in one call.
 
     The parent block (CSC ``indptr``/``indices``) has the global source ids ``parent_src_nodes``.
@@ -167,13 +163,8 @@ def slice_layer_many(
     return _slice_layer_many(indptr, indices, dst_positions, list(group_offsets), parent_src_nodes)
 
 
-def _slice_layer_many(
-    indptr: torch.Tensor,
-    indices: torch.Tensor,
-    dst_positions: torch.Tensor,
-    group_offsets: list[int],
-    parent_src_nodes: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
+def _slice_layer_many(indptr: torch.Tensor, indices: torch.Tensor, dst_positions: torch.Tensor,
+                      group_offsets: list[int], parent_src_nodes: torch.Tensor) -> SliceManyOutputs:
     if _native(dst_positions):
         return tuple(torch.ops.cherry.slice_layer_many(indptr, indices, dst_positions, group_offsets, parent_src_nodes))
     return ref.slice_layer_many(indptr, indices, dst_positions, group_offsets, parent_src_nodes)
