@@ -9,7 +9,8 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml workflow/scripts/install_pyg_sampling.sh
+# setup.py compiles the native ops (csrc/) into cherry/_C at install: a changed source reinstalls
+$(STAMP): pyproject.toml setup.py workflow/scripts/install_pyg_sampling.sh $(wildcard csrc/*.* csrc/*/*.*)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	@# Keep a CUDA torch if one is importable; otherwise the CPU build that lies on disk.

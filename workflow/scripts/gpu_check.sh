@@ -60,9 +60,11 @@ if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))" >> "$OUT/device.txt" 2>&1
 
-section build 240 "$PY" -c "
+# the install-time build (setup.py: cherry/_C with CPU and CUDA kernels) from the working tree, in place
+# (no pip, no registry; ninja reuses the objects an earlier run left under build/), then its status line
+section build 240 env MAX_JOBS="${MAX_JOBS:-$(nproc)}" bash -c '"$0" setup.py -q build_ext --inplace && "$0" -c "
 from cherry.ops import extension_available, extension_status
-print(extension_status()); import sys; sys.exit(0 if extension_available() else 1)"
+print(extension_status()); import sys; sys.exit(0 if extension_available() else 1)"' "$PY"
 if grep -q "with CUDA" "$OUT/build.txt"; then SUMMARY+=("native extension: in use, with CUDA kernels")
 else SUMMARY+=("native extension: NOT in use with CUDA ($(tail -n 1 "$OUT/build.txt" | cut -c1-160))"); status=1; fi
 
