@@ -51,11 +51,12 @@ class Recorder:
         return call
 
 
-def _clone(value):
+def _clone(value, grad: bool):
+    """A fresh copy of an op argument; ``grad`` keeps its requires_grad (a backward op runs without)."""
     if isinstance(value, torch.Tensor):
-        return value.detach().clone().requires_grad_(value.requires_grad)
+        return value.detach().clone().requires_grad_(grad and value.requires_grad)
     if isinstance(value, list):
-        return [_clone(v) for v in value]
+        return [_clone(v, grad) for v in value]
     return value
 
 
@@ -83,7 +84,8 @@ def _exercise(device: str) -> None:
     weights = (torch.rand(positions.numel(), dtype=torch.float64, generator=gen) + 0.5).to(device)
     cap = float(torch.bincount(groups.cpu(), weights=weights.cpu(), minlength=3).max()) * 1.1
     planning.refine_groups(indptrs, indices, positions, groups, weights, 3, layers[0].num_src, cap, 2)
-    planning.refine_groups_many(indptrs, indices, positions, groups, weights, 3, layers[0].num_src, [cap, cap * 2], 2)
+    planning.refine_groups_many(indptrs, indices, positions, torch.stack([groups, groups.flip(0)]), weights, 3,
+                                layers[0].num_src, [cap, cap * 2], 2)
     planning.grow_groups(top.indptr, top.indices, positions, weights, 3)
     planning.group_shapes(indptrs, indices, positions, groups, 3)
     planning.group_shapes_many(indptrs, indices, positions, torch.stack([groups, groups.flip(0)]), 3, layers[0].num_src)
@@ -123,4 +125,5 @@ def test_opcheck(recorded, name):
         pytest.skip(f"{name} has no kernel on {device}")
     op, args = calls[name]
     tests = ALL_TESTS if name in FAKE_OPS else EAGER_TESTS
-    torch.library.opcheck(op, tuple(_clone(a) for a in args), test_utils=tests)
+    grad = "_backward" not in name  # autograd calls the backward ops with grad mode off
+    torch.library.opcheck(op, tuple(_clone(a, grad) for a in args), test_utils=tests)
