@@ -22,12 +22,14 @@ _SEED_RANGE = (-(2**63), 2**63 - 1)
 _FANOUT_MAX = 2**63 - 1  # the native op's int64 argument
 
 
-def check_index_vector(name: str, t: Any, device: torch.device | None = None) -> None:
-    """Raise unless ``t`` is a 1-D int64 tensor (on ``device`` when given)."""
+def check_index_vector(name: str, t: Any, device: torch.device | None = None,
+                       dtype_error: type[Exception] = ValueError) -> None:
+    """Raise unless ``t`` is a 1-D int64 tensor (on ``device`` when given); a wrong dtype raises
+    ``dtype_error`` (`cherry.data.Graph` raises TypeError, the ops ValueError)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != torch.int64:
-        raise ValueError(f"{name} must have dtype torch.int64, got {t.dtype}")
+        raise dtype_error(f"{name} must have dtype torch.int64, got {t.dtype}")
     if t.dim() != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {tuple(t.shape)}")
     if device is not None and t.device != device:
