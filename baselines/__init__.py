@@ -20,7 +20,7 @@ def baseline_names() -> tuple[str, ...]:
 def system_class(name: str) -> type:
     """The ``SYSTEM`` class of baseline ``name`` (imported on demand, so one whose framework is
     missing fails only when used)."""
-    from cherry.systems.contract import get_system
+    from cherry.systems import get_system
 
     if name not in baseline_names():
         raise ValueError(f"unknown baseline {name!r}; expected one of {baseline_names()}")

@@ -111,7 +111,7 @@ def _nvml_index() -> int:
 
 def _check_skips(spec: RunSpec):
     """The system class, or `Skipped` when this run cannot happen here."""
-    from cherry.systems.contract import get_system
+    from cherry.systems import get_system
 
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise Skipped("device cuda asked for, but CUDA is not available on this machine")

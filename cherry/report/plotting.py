@@ -33,7 +33,7 @@ def empty_figure(title: str, why: str):
 
 
 def system_style(system: str) -> dict:
-    from cherry.systems import system_entry, system_names
+    from cherry.systems.table import system_entry, system_names
 
     if system not in system_names():
         return {"color": "#8e44ad", "marker": "o"}

@@ -58,7 +58,7 @@ def case_label(row, columns: Iterable[str] = CASE_COLUMNS) -> str:
 def variant_label(options_json: str, system: Optional[str] = None) -> str:
     """"all on" when every option has the system's default (systems table), else "key=value, ..." of
     those that differ (booleans lower-case, as in the config)."""
-    from cherry.systems import system_entry, system_names
+    from cherry.systems.table import system_entry, system_names
 
     options = json.loads(options_json) if isinstance(options_json, str) and options_json else {}
     defaults = system_entry(system).option_defaults if system in system_names() else {}
@@ -226,6 +226,6 @@ def system_label(system: str, k: str) -> str:
 
 def is_whole_batch_system(system: str) -> bool:
     """True for a system of the systems table that trains the whole batch (unknown names: False)."""
-    from cherry.systems import is_whole_batch, system_names
+    from cherry.systems.table import is_whole_batch, system_names
 
     return system in system_names() and is_whole_batch(system)

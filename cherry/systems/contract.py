@@ -30,7 +30,7 @@ import torch
 from cherry.data import Dataset
 from cherry.sampling import LoadedBatch
 from cherry.spec import RunSpec
-from cherry.systems import system_entry
+from cherry.systems.table import system_entry
 
 # A missing module under these roots is a bug in the repository, not a missing optional dependency.
 _OWN_PACKAGES = ("cherry", "baselines")

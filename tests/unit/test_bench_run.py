@@ -129,7 +129,7 @@ def test_aggregate_names_a_bad_record(tmp_path, capsys):
 def test_full_baseline_and_an_error_in_process(root, tmp_path, monkeypatch):
     """The `full` baseline (when present) through the same runner; an unknown option is now rejected
     by the spec (naming it, one line), and an error inside the run fails with exit 1 and one line."""
-    import cherry.systems.contract as systems
+    import cherry.systems as systems
     from cherry.bench.runner import execute
     from cherry.systems.contract import System, SystemUnavailable
     from cherry.spec import SpecError, spec_from_dict
@@ -169,7 +169,7 @@ def test_full_baseline_and_an_error_in_process(root, tmp_path, monkeypatch):
 
 
 def test_runs_that_cannot_happen_here_are_skipped_with_a_reason(root, tmp_path, monkeypatch):
-    import cherry.systems.contract as systems
+    import cherry.systems as systems
     from cherry.bench.runner import execute
     from cherry.systems.contract import System, SystemUnavailable
     from cherry.spec import spec_from_dict

@@ -10,8 +10,7 @@ import pytest
 from cherry.bench.run import main
 from cherry.systems.contract import System, SystemUnavailable
 from cherry.spec import RunSpec, SpecError, load_spec, make_spec, resolve_budget_bytes, run_id, spec_from_dict
-from cherry.systems import is_whole_batch, system_entry, system_names
-from cherry.systems.contract import get_system
+from cherry.systems import get_system, is_whole_batch, system_entry, system_names
 
 BASE = {"system": "cherry", "dataset": "synth-tiny", "fanouts": [5, 10], "batch_size": 64}
 CHERRY_OPTION_DEFAULTS = {"ordering": "metis", "balance": "memory", "stage_features": True, "pipeline": True,

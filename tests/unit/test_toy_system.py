@@ -10,8 +10,7 @@ import cherry.systems as systems
 from cherry.bench.record import validate_record
 from cherry.bench.runner import execute
 from cherry.spec import SpecError, make_spec
-from cherry.systems import SystemEntry, register_system, system_entry, system_names
-from cherry.systems.contract import get_system
+from cherry.systems import SystemEntry, get_system, register_system, system_entry, system_names
 from tests.unit.toy_system import OPTIONS, ToySystem
 
 ENTRY = SystemEntry("toy", "tests.unit.toy_system", whole_batch=False, colour="#8e44ad", marker="x", label="Toy",
@@ -25,7 +24,7 @@ def toy():
     try:
         yield ENTRY
     finally:
-        systems._TABLE.pop("toy", None)
+        systems.table._TABLE.pop("toy", None)
 
 
 def test_a_registered_system_runs_one_record_through_the_runner(toy, synth_tiny, data_root, tmp_path):
