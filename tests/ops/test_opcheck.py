@@ -65,7 +65,8 @@ def _exercise(device: str) -> None:
     gen = torch.Generator().manual_seed(0)
     graph = degree_law_graph("barabasi-albert", 800, seed=1)
     seeds = torch.randperm(800, generator=gen)[:96]
-    blocks = NeighborSampler(graph.to(device) if hasattr(graph, "to") else graph, [3, 4]).sample(seeds.to(device), gen)
+    sampling.sample_neighbors(graph.indptr.to(device), graph.indices.to(device), seeds.to(device), 3, 7)
+    blocks = NeighborSampler(graph, [3, 4]).sample(seeds, gen).to(device)  # the planner's inputs, on device
     top, layers = blocks.layers[-1], blocks.layers
     for reduce in ("max", "mean"):  # max first: its argmax output is the non-empty one
         x = torch.randn(top.src_nodes.numel(), 5, device=device, dtype=torch.float64, requires_grad=True)
