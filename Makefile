@@ -9,9 +9,10 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml workflow/scripts/install_pyg_sampling.sh
+# setup.py compiles the native ops (csrc/) into cherry/_C at install: a changed source reinstalls
+$(STAMP): pyproject.toml setup.py workflow/scripts/install_pyg_sampling.sh $(wildcard csrc/*.* csrc/*/*.*)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet --upgrade pip "setuptools>=68"  # setup.py builds the native ops (a 3.12 venv has no setuptools)
 	@# Keep a CUDA torch if one is importable; otherwise the CPU build that lies on disk.
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null \
 	  || $(PIP) install --quiet torch==2.13.0

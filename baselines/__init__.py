@@ -1,10 +1,10 @@
 """The systems Cherry is compared with; each an adapter with the same interface.
 
-Each sub-package ``baselines.<name>`` exposes ``SYSTEM``, a `cherry.bench.system.System` subclass whose
+Each sub-package ``baselines.<name>`` exposes ``SYSTEM``, a `cherry.systems.contract.System` subclass whose
 ``name`` is ``<name>``: ``full`` (plain mini-batch), ``naive`` (K independently sampled groups),
 ``betty`` (REG + METIS), ``buffalo`` (degree buckets + knapsack), ``dgl`` and ``pyg``. They import only
-`cherry.data`, `cherry.sampling`, `cherry.models`, `cherry.spec`, `cherry.probe` and `cherry.bench`
-(checked by a test). Which baselines exist is the systems table's business (`cherry.systems`); this
+`cherry.data`, `cherry.sampling`, `cherry.models`, `cherry.spec`, `cherry.probe`, `cherry.systems` and
+`cherry.bench`, never `cherry.planning` or `cherry.execution` (checked by a test). Which baselines exist is the systems table's business (`cherry.systems`); this
 module only reads it.
 """
 from __future__ import annotations

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 import torch
 import torch.nn.functional as F
 
-from cherry.bench.system import StepOutcome, System
+from cherry.systems.contract import StepOutcome, System
 from cherry.data import Dataset
 from cherry.data.metrics import split_accuracy
 from cherry.models import build_model

@@ -11,7 +11,7 @@ import contextlib
 
 import torch
 
-from cherry.bench.system import SystemUnavailable
+from cherry.systems.contract import SystemUnavailable
 from cherry.data import Dataset
 from cherry.models.spec import ModelSpec
 from cherry.spec import RunSpec
@@ -46,7 +46,7 @@ def check_seeds(seeds: torch.Tensor, num_nodes: int) -> None:
 
 
 def raise_unavailable(reason: str) -> None:
-    """Raise `cherry.bench.system.SystemUnavailable` (the runner records the run as ``skipped``)."""
+    """Raise `cherry.systems.contract.SystemUnavailable` (the runner records the run as ``skipped``)."""
     raise SystemUnavailable(reason)
 
 

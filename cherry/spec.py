@@ -156,7 +156,7 @@ def _jsonable_input(data: Mapping[str, Any]) -> dict:
 
 def spec_from_dict(data: Mapping[str, Any]) -> RunSpec:
     """Validate ``data`` (a parsed JSON object, or keyword values) and return the `RunSpec`."""
-    from cherry.systems import system_entry, system_names
+    from cherry.systems.table import system_entry, system_names
 
     if not isinstance(data, Mapping):
         raise SpecError(f"invalid run spec: expected a JSON object, got {type(data).__name__}")

@@ -34,7 +34,7 @@ import torch
 from baselines.betty.reg import lstm_estimate_bytes, metis_modules, partition_seeds, rebuild_blocks, resplit_largest
 from baselines.common import AccumulatingSystem, redundancy_against
 from baselines.library import raise_unavailable
-from cherry.bench.system import StepOutcome
+from cherry.systems.contract import StepOutcome
 from cherry.sampling import Blocks
 
 

@@ -29,7 +29,7 @@ import torch
 
 from baselines.buffalo.buckets import BucketSchedule, bucketize
 from baselines.common import AccumulatingSystem, redundancy_against
-from cherry.bench.system import StepOutcome
+from cherry.systems.contract import StepOutcome
 from cherry.sampling import Blocks, slice_blocks
 
 LSTM_TENSORS_PER_ELEMENT = 18

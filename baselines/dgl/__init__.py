@@ -1,6 +1,6 @@
 """Stock DGL mini-batch training (``dgl.dataloading.NeighborSampler`` + ``dgl.nn`` layers).
 
-``SYSTEM`` is the `cherry.bench.system.System` subclass the runner builds. Importing this package
+``SYSTEM`` is the `cherry.systems.contract.System` subclass the runner builds. Importing this package
 does not import DGL; the constructor does, and raises ``SystemUnavailable`` when it cannot.
 """
 from baselines.dgl.system import DglSystem

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from baselines.library import check_seeds, draw_seed, host_side, model_spec, raise_unavailable
 from baselines.dgl.model import DglModel, with_self_edges
-from cherry.bench.system import StepOutcome, System
+from cherry.systems.contract import StepOutcome, System
 from cherry.compat.dgl import dgl_graph
 from cherry.data import Dataset
 from cherry.data.metrics import split_accuracy

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from baselines.common import AccumulatingSystem, MicrobatchShape
-from cherry.bench.system import StepOutcome
+from cherry.systems.contract import StepOutcome
 from cherry.sampling import Blocks
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from baselines.common import AccumulatingSystem
-from cherry.bench.system import StepOutcome
+from cherry.systems.contract import StepOutcome
 
 
 class NaiveSystem(AccumulatingSystem):

@@ -20,7 +20,7 @@ from torch.nn import functional as F
 
 from baselines.library import check_seeds, draw_seed, host_side, model_spec, raise_unavailable
 from baselines.pyg.model import PygModel
-from cherry.bench.system import StepOutcome, System
+from cherry.systems.contract import StepOutcome, System
 from cherry.compat.pyg import pyg_data
 from cherry.compat import pyg_sampling_available
 from cherry.data import Dataset

@@ -1,7 +1,8 @@
 """A benchmark run of ``nproc > 1`` data-parallel ranks: launch them, merge their records into one.
 
-Each rank (`cherry.launch.launch`, spawned here) joins the world and runs the ordinary runner
-(`cherry.bench.runner.execute`) with cherry's `DistributedTrainer` inside, writing its own record
+Each rank (`cherry.launch.launch`, spawned here) joins the world and runs the ordinary one-process
+runner it is handed (`cherry.bench.runner` passes its own, so this module does not import the runner
+that dispatches to it) with cherry's `DistributedTrainer` inside, writing its own record
 next to ``out_path`` (``<out_path>.rank<r>``). The merged record is rank 0's (its step times include
 the all-reduce, so they are the job's step times; its losses are the whole batch's) with:
 
@@ -23,6 +24,9 @@ from typing import Callable, Optional
 
 from cherry.spec import RunSpec
 
+# the one-process runner: (spec, out_path, log) -> exit code; a module-level function (it must pickle)
+RunOne = Callable[[RunSpec, str, Callable[[str], None]], int]
+
 _RESULT_STATUSES = ("oom", "timeout", "skipped", "diverged")
 _LAUNCH_MARGIN_S = 120.0  # above the run's own timeout: start-up of the ranks and the rendezvous
 
@@ -31,11 +35,10 @@ def _rank_path(out_path: str, rank: int) -> str:
     return f"{out_path}.rank{rank}"
 
 
-def _rank_execute(spec_dict: dict, out_path: str, quiet: bool) -> int:
-    """One rank (module-level: it must pickle): join the world, run the ordinary runner."""
+def _rank_execute(spec_dict: dict, out_path: str, quiet: bool, execute: RunOne) -> int:
+    """One rank (module-level: it must pickle): join the world, run the ordinary runner ``execute``."""
     import sys
 
-    from cherry.bench.runner import execute
     from cherry.launch import process_group, world_from_env
     from cherry.spec import spec_from_dict
 
@@ -73,11 +76,10 @@ def merge_rank_records(records: list[Optional[dict]]) -> dict:
     return merged
 
 
-def execute_ranks(spec: RunSpec, out_path: str, log: Callable[[str], None]) -> int:
-    """Run ``spec`` on ``spec.nproc`` local ranks and write the merged record; the exit code is 0 for a
-    result (ok, oom, timeout, skipped) and 1 for an error, as for one process."""
+def execute_ranks(spec: RunSpec, out_path: str, log: Callable[[str], None], execute: RunOne) -> str:
+    """Run ``spec`` on ``spec.nproc`` local ranks, each through ``execute``, and write the merged
+    record; returns its status (the caller maps it to an exit code, as for one process)."""
     from cherry.bench.record import RunMeasurements, build_record, write_record
-    from cherry.bench.runner import EXIT_ERROR, EXIT_OK
     from cherry.launch import RankFailed, launch
 
     paths = [_rank_path(out_path, r) for r in range(spec.nproc)]
@@ -87,7 +89,7 @@ def execute_ranks(spec: RunSpec, out_path: str, log: Callable[[str], None]) -> i
     timeout_s = None if spec.timeout_s is None else spec.timeout_s + _LAUNCH_MARGIN_S
     failure = None
     try:
-        launch(_rank_execute, (spec.to_dict(), out_path, False), spec.nproc, timeout_s=timeout_s)
+        launch(_rank_execute, (spec.to_dict(), out_path, False, execute), spec.nproc, timeout_s=timeout_s)
     except RankFailed as exc:  # a rank died without finishing its record
         failure = str(exc)
     records = []
@@ -111,7 +113,7 @@ def execute_ranks(spec: RunSpec, out_path: str, log: Callable[[str], None]) -> i
             os.remove(path)
     log(f"[{spec.system}] {spec.nproc} ranks: {record['status']}"
         f"{': ' + record['reason'] if record['reason'] else ''} -> {out_path}")
-    return EXIT_ERROR if record["status"] == "error" else EXIT_OK
+    return record["status"]
 
 
 __all__ = ["execute_ranks", "merge_rank_records"]

@@ -21,7 +21,7 @@ from importlib import metadata
 from typing import Any, Optional, Sequence
 
 from cherry.bench.measure import StepTiming, summarize
-from cherry.bench.system import StepOutcome
+from cherry.systems.contract import StepOutcome
 from cherry.paths import REPO_DIR
 from cherry.probe import TIMED_PHASES
 from cherry.schemas import load_schema, schema_problem

@@ -22,7 +22,7 @@ import torch
 
 from cherry.bench.measure import RunPeakMemory, TimingProbe
 from cherry.bench.record import RunMeasurements, build_record, validate_record
-from cherry.bench.system import SystemUnavailable
+from cherry.systems.contract import SystemUnavailable
 from cherry.data.metrics import SPLITS
 from cherry.errors import LossDiverged, check_loss, cut, fault_line, write_json_keeping
 from cherry.sampling import BatchLoader, sampling_generator, spec_seed_batches
@@ -276,7 +276,7 @@ def execute(spec: RunSpec, out_path: str, log: Callable[[str], None]) -> int:
     if spec.nproc > 1 and not torch.distributed.is_initialized():
         from cherry.bench.ranks import execute_ranks
 
-        return execute_ranks(spec, out_path, log)
+        return EXIT_ERROR if execute_ranks(spec, out_path, log, execute) == "error" else EXIT_OK
     import traceback
 
     from cherry.memory import process_peak_rss_bytes

@@ -1,7 +1,7 @@
 """`cherry bench ops|engine|systems`: side-by-side benchmarks that print ratios measured in one run.
 
 The command line of each benchmark is defined here; the measuring lives in
-`cherry.bench.benchmarks.<name>.run(args)`, which imports no CLI code. Options that are run-spec keys
+`benchmarks.<name>.run(args)`, which imports no CLI code. Options that are run-spec keys
 (``--dataset``, ``--hidden``, ``--fanouts``, ...) come from the run schema (`add_spec_arguments`):
 their help, type and default are the schema's, and a benchmark names only the defaults where it
 differs (its `_OWN_DEFAULTS`).
@@ -26,7 +26,7 @@ _OWN_DEFAULTS = {
 
 def _runner(name: str):
     def run(args: argparse.Namespace) -> int:
-        return importlib.import_module(f"cherry.bench.benchmarks.{name}").run(args)
+        return importlib.import_module(f"benchmarks.{name}").run(args)
     return run
 
 

@@ -13,15 +13,11 @@ from typing import Any
 import torch
 
 from cherry.data import checks
+from cherry.ops.sampling import check_index_vector
 
 
 def _check_index_tensor(name: str, t: Any) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.int64:
-        raise TypeError(f"{name} must have dtype torch.int64, got {t.dtype}")
-    if t.dim() != 1:
-        raise ValueError(f"{name} must be one-dimensional, got shape {tuple(t.shape)}")
+    check_index_vector(name, t, dtype_error=TypeError)
 
 
 @dataclass(frozen=True)

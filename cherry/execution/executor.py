@@ -75,7 +75,7 @@ class ExecutorOptions:
     def for_k(num_microbatches: Optional[int], budget_bytes: Optional[int] = None, **changes) -> "ExecutorOptions":
         """Options for K = ``num_microbatches`` (None: from ``budget_bytes``) with cherry's default
         settings, read from the systems table like every spec's (`cherry.systems`), and ``changes``."""
-        from cherry.systems import system_entry
+        from cherry.systems.table import system_entry
 
         o = system_entry("cherry").option_defaults
         base = ExecutorOptions(num_microbatches=num_microbatches, budget_bytes=budget_bytes,

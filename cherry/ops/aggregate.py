@@ -14,15 +14,15 @@ is float32/float64): `csr_aggregate` never materialises an [E, F] message tensor
 [D, F] directly; "max" also keeps an int64 [D, F] arg-max (edge positions) for the backward; the CPU
 backward builds an O(S + E) int64 transposed adjacency. Everything else falls back to the reference in
 `cherry.ops.reference` (O(E x F) memory), which is also the tests' oracle.
-Gradients flow to ``x_src``/``scores`` only (the graph is integer data); the native backward is
-first-order only (no double backward).
+Gradients flow to ``x_src``/``scores`` only (the graph is integer data): the native ops' autograd is
+registered with `torch.library.register_autograd` (`cherry.ops.registrations`) and is first-order only
+(no double backward).
 """
 from __future__ import annotations
 
 import math
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from cherry.ops import reference
 from cherry.ops.extension import extension_available
@@ -99,40 +99,6 @@ def _native_ok(op: str, tensor: torch.Tensor) -> bool:
         return False
 
 
-class _CsrAggregate(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, indptr, indices, x_src, reduce):
-        out, argmax = torch.ops.cherry.csr_aggregate_forward(indptr, indices, x_src, reduce)
-        ctx.save_for_backward(indptr, indices, argmax)
-        ctx.reduce, ctx.num_src = reduce, x_src.shape[0]
-        return out
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out):
-        indptr, indices, argmax = ctx.saved_tensors
-        grad_x = None
-        if ctx.needs_input_grad[2]:
-            grad_x = torch.ops.cherry.csr_aggregate_backward(
-                indptr, indices, grad_out.contiguous(), argmax, ctx.num_src, ctx.reduce
-            )
-        return None, None, grad_x, None
-
-
-class _EdgeSoftmax(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, indptr, scores):
-        out = torch.ops.cherry.edge_softmax_forward(indptr, scores)
-        ctx.save_for_backward(indptr, out)
-        return out
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out):
-        indptr, out = ctx.saved_tensors
-        return None, torch.ops.cherry.edge_softmax_backward(indptr, out, grad_out.contiguous())
-
-
 def csr_aggregate(indptr: torch.Tensor, indices: torch.Tensor, x_src: torch.Tensor, reduce: str = "mean") -> torch.Tensor:
     """Aggregate source rows into destination rows: ``out[d] = reduce(x_src[indices[indptr[d]:indptr[d+1]]])``.
 
@@ -150,7 +116,7 @@ def _aggregate(indptr: torch.Tensor, indices: torch.Tensor, x_src: torch.Tensor,
         return reference.csr_aggregate(indptr, indices, x_src, reduce)
     trailing = tuple(x_src.shape[1:])
     flat = x_src.reshape(x_src.shape[0], math.prod(trailing)).contiguous()
-    out = _CsrAggregate.apply(indptr.contiguous(), indices.contiguous(), flat, reduce)
+    out, _ = torch.ops.cherry.csr_aggregate_forward(indptr.contiguous(), indices.contiguous(), flat, reduce)
     return out.view((out.shape[0],) + trailing)
 
 
@@ -166,7 +132,7 @@ def edge_softmax(indptr: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
 def _softmax(indptr: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     if not _native_ok("edge_softmax_forward", scores):
         return reference.edge_softmax(indptr, scores)
-    return _EdgeSoftmax.apply(indptr.contiguous(), scores.contiguous())
+    return torch.ops.cherry.edge_softmax_forward(indptr.contiguous(), scores.contiguous())
 
 
 def _check_block_rows(block, rows: int, what: str, name: str) -> None:

@@ -172,13 +172,12 @@ def slice_layer(
     return sub_indptr, local[edges], src_positions
 
 
-def slice_layer_many(
-    indptr: torch.Tensor,
-    indices: torch.Tensor,
-    dst_positions: torch.Tensor,
-    group_offsets: list[int],
-    parent_src_nodes: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
+# (sub_indptr, sub_indices, src_positions, src_nodes, src_offsets, edge_offsets): see `slice_layer_many`
+SliceManyOutputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]
+
+
+def slice_layer_many(indptr: torch.Tensor, indices: torch.Tensor, dst_positions: torch.Tensor,
+                     group_offsets: list[int], parent_src_nodes: torch.Tensor) -> SliceManyOutputs:
     """`slice_layer` of K groups at once, outputs concatenated group after group.
 
     The parent block has ``num_parent_src = len(parent_src_nodes)`` sources with global ids

@@ -16,17 +16,20 @@ import torch
 
 from cherry.ops import reference_sampling as ref
 from cherry.ops.extension import extension_available
+from cherry.ops.reference_sampling import SliceManyOutputs
 
 _SEED_RANGE = (-(2**63), 2**63 - 1)
 _FANOUT_MAX = 2**63 - 1  # the native op's int64 argument
 
 
-def check_index_vector(name: str, t: Any, device: torch.device | None = None) -> None:
-    """Raise unless ``t`` is a 1-D int64 tensor (on ``device`` when given)."""
+def check_index_vector(name: str, t: Any, device: torch.device | None = None,
+                       dtype_error: type[Exception] = ValueError) -> None:
+    """Raise unless ``t`` is a 1-D int64 tensor (on ``device`` when given); a wrong dtype raises
+    ``dtype_error`` (`cherry.data.Graph` raises TypeError, the ops ValueError)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != torch.int64:
-        raise ValueError(f"{name} must have dtype torch.int64, got {t.dtype}")
+        raise dtype_error(f"{name} must have dtype torch.int64, got {t.dtype}")
     if t.dim() != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {tuple(t.shape)}")
     if device is not None and t.device != device:
@@ -123,13 +126,8 @@ def _slice_layer(
     return ref.slice_layer(indptr, indices, dst_positions, num_parent_src)
 
 
-def slice_layer_many(
-    indptr: torch.Tensor,
-    indices: torch.Tensor,
-    dst_positions: torch.Tensor,
-    group_offsets: list[int],
-    parent_src_nodes: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
+def slice_layer_many(indptr: torch.Tensor, indices: torch.Tensor, dst_positions: torch.Tensor,
+                     group_offsets: list[int], parent_src_nodes: torch.Tensor) -> SliceManyOutputs:
     """`slice_layer` of K >= 1 non-empty groups of destinations in one call.
 
     The parent block (CSC ``indptr``/``indices``) has the global source ids ``parent_src_nodes``.
@@ -167,13 +165,8 @@ def slice_layer_many(
     return _slice_layer_many(indptr, indices, dst_positions, list(group_offsets), parent_src_nodes)
 
 
-def _slice_layer_many(
-    indptr: torch.Tensor,
-    indices: torch.Tensor,
-    dst_positions: torch.Tensor,
-    group_offsets: list[int],
-    parent_src_nodes: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int], list[int]]:
+def _slice_layer_many(indptr: torch.Tensor, indices: torch.Tensor, dst_positions: torch.Tensor,
+                      group_offsets: list[int], parent_src_nodes: torch.Tensor) -> SliceManyOutputs:
     if _native(dst_positions):
         return tuple(torch.ops.cherry.slice_layer_many(indptr, indices, dst_positions, group_offsets, parent_src_nodes))
     return ref.slice_layer_many(indptr, indices, dst_positions, group_offsets, parent_src_nodes)

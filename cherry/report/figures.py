@@ -12,7 +12,6 @@ atomically; matplotlib runs headless (Agg).
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 from typing import Callable, Optional
 
@@ -21,38 +20,15 @@ import pandas as pd
 
 from cherry.bench.phases import SENSITIVITY_AXES
 from cherry.report import tables as t
-
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _grid(nrows: int, ncols: int, width: float = 4.6, height: float = 3.4):
-    plt = _plt()
-    fig, axes = plt.subplots(max(nrows, 1), ncols, figsize=(width * ncols, height * max(nrows, 1)), squeeze=False)
-    return fig, axes
-
-
-def _empty(title: str, why: str):
-    fig, axes = _grid(1, 1)
-    axes[0][0].axis("off")
-    axes[0][0].text(0.5, 0.5, f"{title}\n\n{why}", ha="center", va="center")
-    return fig
-
-
-def _style(system: str) -> dict:
-    from cherry.systems import system_entry, system_names
-
-    if system not in system_names():
-        return {"color": "#8e44ad", "marker": "o"}
-    entry = system_entry(system)
-    return {"color": entry.colour, "marker": entry.marker}
+from cherry.report.plotting import empty_figure as _empty
+from cherry.report.plotting import errorbar as _errorbar
+from cherry.report.plotting import grid as _grid
+from cherry.report.plotting import log2_axis as _log2_axis
+from cherry.report.plotting import parse_figure_args
+from cherry.report.plotting import plain_log_labels as _plain_log_labels
+from cherry.report.plotting import pyplot as _plt
+from cherry.report.plotting import save_figure
+from cherry.report.plotting import system_style as _style
 
 
 def _series(rows: pd.DataFrame):
@@ -61,33 +37,8 @@ def _series(rows: pd.DataFrame):
         yield system, k, t.system_label(system, k), group
 
 
-def _errorbar(ax, xs, stats, **kwargs) -> None:
-    pts = [(x, s) for x, s in zip(xs, stats) if s is not None]
-    if not pts:
-        return
-    x = [p[0] for p in pts]
-    y = np.array([p[1][0] for p in pts])
-    err = np.array([[p[1][0] - p[1][1] for p in pts], [p[1][2] - p[1][0] for p in pts]])
-    ax.errorbar(x, y, yerr=np.clip(err, 0, None), capsize=3, **kwargs)
-
-
 def _mib(stats):
     return None if stats is None else tuple(v / t.MIB for v in stats)
-
-
-def _plain_log_labels(ax) -> None:
-    from matplotlib.ticker import FormatStrFormatter, NullFormatter
-
-    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
-
-
-def _log2_axis(ax, values) -> None:
-    ax.set_xscale("log", base=2)
-    ticks = sorted(set(int(v) for v in values))
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([str(v) for v in ticks])
-    ax.minorticks_off()
 
 
 def _by_case(rows: pd.DataFrame):
@@ -349,33 +300,13 @@ def render(name: str, frame: pd.DataFrame, png: Optional[str], pdf: Optional[str
     save_figure(fig, png, pdf)
 
 
-def save_figure(fig, png: Optional[str], pdf: Optional[str]) -> None:
-    """Write ``fig`` atomically as PNG and/or PDF (130 dpi) and close it: every figure's way out."""
-    from cherry.io import write_bytes_atomic
-
-    for path, fmt in ((png, "png"), (pdf, "pdf")):
-        if path:
-            buffer = io.BytesIO()
-            fig.savefig(buffer, format=fmt, dpi=130)
-            write_bytes_atomic(path, buffer.getvalue())
-    _plt().close(fig)
-
-
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cherry.report.figures", description="draw one figure")
     parser.add_argument("name", choices=sorted(FIGURES))
-    parser.add_argument("--table", required=True, help="results/records/runs.csv")
-    parser.add_argument("--png", default=None)
-    parser.add_argument("--pdf", default=None)
-    parser.add_argument("--searches", nargs="*", default=[], help="memory-wall search records")
-    parser.add_argument("--data-info", nargs="*", default=[], help="`cherry data info` outputs (steps per epoch)")
-    args = parser.parse_args(argv)
-    if not args.png and not args.pdf:
-        parser.error("give --png and/or --pdf")
+    t.add_report_inputs(parser)
+    args = parse_figure_args(parser, argv)
     try:
-        frame = t.load_table(args.table)
-        searches = t.load_searches(args.searches)
-        sizes = t.steps_per_epoch(args.data_info)
+        frame, searches, sizes = t.read_report_inputs(args)
     except ValueError as exc:
         print(f"cherry.report.figures: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

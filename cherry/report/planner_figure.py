@@ -13,8 +13,9 @@ import statistics
 import sys
 from typing import Optional
 
-from cherry.report.figures import _log2_axis, _plt, save_figure
-from cherry.report.figures import _style as system_style
+from cherry.report.plotting import log2_axis as _log2_axis
+from cherry.report.plotting import pyplot as _plt
+from cherry.report.plotting import parse_figure_args, save_figure, system_style
 
 EXTRA_STYLES = {"contiguous": ("#e59866", "x"), "random": ("#7f8c8d", "v")}
 REQUIRED = ("graph", "batch_size", "k", "system", "redundancy_input", "plan_ms")
@@ -81,11 +82,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m cherry.report.planner_figure", description=__doc__.splitlines()[0])
     parser.add_argument("json", help="output of cherry bench planner --json")
-    parser.add_argument("--png", default=None)
-    parser.add_argument("--pdf", default=None)
-    args = parser.parse_args(argv)
-    if not args.png and not args.pdf:
-        parser.error("give --png and/or --pdf")
+    args = parse_figure_args(parser, argv)
     try:
         data = read_json(args.json, "planner benchmark output")
         render(data.get("rows") if isinstance(data, dict) else data, args.png, args.pdf)

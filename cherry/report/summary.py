@@ -342,16 +342,12 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m cherry.report.summary", description=__doc__.splitlines()[0])
     parser.add_argument("verify", nargs="*", help="outputs of `cherry verify` (one per check)")
-    parser.add_argument("--table", required=True, help="results/records/runs.csv")
+    t.add_report_inputs(parser)
     parser.add_argument("--out", required=True, help="Markdown file to write")
     parser.add_argument("--json", default=None, help="also write every timed ratio and its verdict here")
-    parser.add_argument("--searches", nargs="*", default=[], help="memory-wall search records")
-    parser.add_argument("--data-info", nargs="*", default=[], help="`cherry data info` outputs (steps per epoch)")
     args = parser.parse_args(argv)
     try:
-        frame = t.load_table(args.table)
-        searches = t.load_searches(args.searches)
-        sizes = t.steps_per_epoch(args.data_info)
+        frame, searches, sizes = t.read_report_inputs(args)
     except ValueError as exc:
         print(f"cherry.report.summary: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

@@ -58,7 +58,7 @@ def case_label(row, columns: Iterable[str] = CASE_COLUMNS) -> str:
 def variant_label(options_json: str, system: Optional[str] = None) -> str:
     """"all on" when every option has the system's default (systems table), else "key=value, ..." of
     those that differ (booleans lower-case, as in the config)."""
-    from cherry.systems import system_entry, system_names
+    from cherry.systems.table import system_entry, system_names
 
     options = json.loads(options_json) if isinstance(options_json, str) and options_json else {}
     defaults = system_entry(system).option_defaults if system in system_names() else {}
@@ -204,6 +204,19 @@ def steps_per_epoch(info_paths: Iterable[str | os.PathLike]) -> dict[str, int]:
     return sizes
 
 
+def add_report_inputs(parser) -> None:
+    """The options every report command reads its inputs from: ``--table``, ``--searches``, ``--data-info``."""
+    parser.add_argument("--table", required=True, help="results/records/runs.csv")
+    parser.add_argument("--searches", nargs="*", default=[], help="memory-wall search records")
+    parser.add_argument("--data-info", nargs="*", default=[], help="`cherry data info` outputs (steps per epoch)")
+
+
+def read_report_inputs(args) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
+    """(run table, memory-wall searches, steps per epoch) from `add_report_inputs`' options; a bad file
+    is a ValueError naming it, which the command prints as its one line (exit 2)."""
+    return load_table(args.table), load_searches(args.searches), steps_per_epoch(args.data_info)
+
+
 def epoch_time_stats(rows: pd.DataFrame, train_size: int) -> Optional[tuple[float, float, float]]:
     """(median, 10th, 90th percentile) seconds per epoch of ``rows`` (one batch size): per-step seconds
     times the steps of one epoch, ceil(training-set size / batch size)."""
@@ -228,6 +241,6 @@ def system_label(system: str, k: str) -> str:
 
 def is_whole_batch_system(system: str) -> bool:
     """True for a system of the systems table that trains the whole batch (unknown names: False)."""
-    from cherry.systems import is_whole_batch, system_names
+    from cherry.systems.table import is_whole_batch, system_names
 
     return system in system_names() and is_whole_batch(system)

@@ -13,7 +13,11 @@ from __future__ import annotations
 import pandas as pd
 
 from cherry.report import tables as t
-from cherry.report.figures import _empty, _errorbar, _grid, _log2_axis, _style
+from cherry.report.plotting import empty_figure as _empty
+from cherry.report.plotting import errorbar as _errorbar
+from cherry.report.plotting import grid as _grid
+from cherry.report.plotting import log2_axis as _log2_axis
+from cherry.report.plotting import system_style as _style
 
 
 def draw_memory_wall(searches: pd.DataFrame):

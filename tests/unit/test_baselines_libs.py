@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from baselines.library import LIBRARY_MODELS
-from cherry.bench.system import SystemUnavailable
+from cherry.systems.contract import SystemUnavailable
 from cherry.compat import dgl_available, pyg_sampling_available
 from cherry.models.gcn import GCNConv
 from cherry.probe import NullProbe

@@ -8,7 +8,7 @@ import pytest
 from cherry.bench.measure import RunPeakMemory, StepTiming, TimingProbe, summarize
 from cherry.bench.record import RunMeasurements, build_record, record_columns, validate_record
 from cherry.bench.runner import RunTimeout, _Deadline
-from cherry.bench.system import StepOutcome
+from cherry.systems.contract import StepOutcome
 from cherry.probe import OTHER, PHASES, TIMED_PHASES
 from cherry.sampling.loader import epoch_seed_batches, step_seed_batches
 from cherry.spec import resolve_budget_bytes, spec_from_dict

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cherry.bench.benchmarks.ops import chung_lu_graph, message_passing_mean
+from benchmarks.ops import chung_lu_graph, message_passing_mean
 from cherry.cli import main
 from cherry.compat import dgl_available
 from cherry.ops import csr_aggregate

@@ -133,7 +133,7 @@ def test_full_baseline_and_an_error_in_process(root, tmp_path, monkeypatch):
     by the spec (naming it, one line), and an error inside the run fails with exit 1 and one line."""
     import cherry.systems as systems
     from cherry.bench.runner import execute
-    from cherry.bench.system import System, SystemUnavailable
+    from cherry.systems.contract import System, SystemUnavailable
     from cherry.spec import SpecError, spec_from_dict
 
     try:
@@ -173,7 +173,7 @@ def test_full_baseline_and_an_error_in_process(root, tmp_path, monkeypatch):
 def test_runs_that_cannot_happen_here_are_skipped_with_a_reason(root, tmp_path, monkeypatch):
     import cherry.systems as systems
     from cherry.bench.runner import execute
-    from cherry.bench.system import System, SystemUnavailable
+    from cherry.systems.contract import System, SystemUnavailable
     from cherry.spec import spec_from_dict
 
     def run(**changes) -> dict:

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from cherry.bench.run import main
-from cherry.bench.system import System, SystemUnavailable
+from cherry.systems.contract import System, SystemUnavailable
 from cherry.spec import RunSpec, SpecError, load_spec, make_spec, resolve_budget_bytes, run_id, spec_from_dict
 from cherry.systems import get_system, is_whole_batch, system_entry, system_names
 

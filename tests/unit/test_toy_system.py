@@ -24,7 +24,7 @@ def toy():
     try:
         yield ENTRY
     finally:
-        systems._TABLE.pop("toy", None)
+        systems.table._TABLE.pop("toy", None)
 
 
 def test_a_registered_system_runs_one_record_through_the_runner(toy, synth_tiny, data_root, tmp_path):

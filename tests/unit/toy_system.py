@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from cherry.bench.system import StepOutcome, System
+from cherry.systems.contract import StepOutcome, System
 from cherry.data.metrics import split_accuracy
 from cherry.sampling import LoadedBatch
 

@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from cherry.bench.system import StepOutcome, System
+from cherry.systems.contract import StepOutcome, System
 from cherry.data import Dataset
 from cherry.sampling import LoadedBatch
 from cherry.spec import RunSpec

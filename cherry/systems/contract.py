@@ -21,6 +21,7 @@ runner records the others as skipped for such a spec without building them.
 from __future__ import annotations
 
 import abc
+import importlib
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
@@ -29,6 +30,10 @@ import torch
 from cherry.data import Dataset
 from cherry.sampling import LoadedBatch
 from cherry.spec import RunSpec
+from cherry.systems.table import system_entry
+
+# A missing module under these roots is a bug in the repository, not a missing optional dependency.
+_OWN_PACKAGES = ("cherry", "baselines")
 
 
 class SystemUnavailable(RuntimeError):
@@ -85,3 +90,26 @@ class System(abc.ABC):
 
     def close(self) -> None:
         """Release threads and other resources."""
+
+
+def get_system(name: str):
+    """The `System` class registered as ``name``.
+
+    Raises ValueError for an unknown name, `cherry.systems.contract.SystemUnavailable` when a
+    third-party package the system needs is missing, and ImportError for a broken module of this
+    repository.
+    """
+    entry = system_entry(name)
+    try:
+        module = importlib.import_module(entry.module)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing.split(".")[0] in _OWN_PACKAGES and not entry.module.startswith(missing):
+            raise ImportError(f"system {name!r}: module {missing!r} is missing from this repository") from exc
+        if missing.split(".")[0] in _OWN_PACKAGES:
+            raise ImportError(f"system {name!r}: module {entry.module!r} does not exist") from exc
+        raise SystemUnavailable(f"system {name!r} needs the package {missing!r}, which is not installed") from exc
+    cls = getattr(module, "SYSTEM", None)
+    if not (isinstance(cls, type) and issubclass(cls, System)):
+        raise ImportError(f"{entry.module}.SYSTEM must be a subclass of cherry.systems.contract.System, got {cls!r}")
+    return cls

@@ -1,4 +1,4 @@
-"""`python -m cherry.bench.profile_syncs`: host syncs, copies and kernel launches per step, by K.
+"""`python -m benchmarks.profile_syncs`: host syncs, copies and kernel launches per step, by K.
 
 For each K, trains a few steps of SAGE (mean or lstm) on pre-sampled batches of a dataset with the
 executor (planning done before the step, as the Trainer does) and reports, per step and per
@@ -85,7 +85,7 @@ def profile_k(dataset, spec, batches, k, device):
 def main(argv=None) -> int:
     from cherry.cli.options import add_spec_arguments
 
-    parser = argparse.ArgumentParser(prog="python -m cherry.bench.profile_syncs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_syncs", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="synth-tiny")
     parser.add_argument("--root", default=None)
     parser.add_argument("--aggrs", default="mean,lstm")
@@ -138,4 +138,4 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     from cherry.errors import run_boundary
 
-    sys.exit(run_boundary("cherry.bench.profile_syncs", main))
+    sys.exit(run_boundary("benchmarks.profile_syncs", main))

@@ -7,21 +7,19 @@ colour and marker in every figure, the module whose ``SYSTEM`` attribute is its 
 missing third-party package becomes a skipped run), and the JSON schema of its ``options`` (each
 property's ``default`` is the option's only default).
 
-Adding a system: write ``baselines/<name>/`` with ``SYSTEM = <class>`` (a `cherry.bench.system.System`)
+Adding a system: write ``baselines/<name>/`` with ``SYSTEM = <class>`` (a `cherry.systems.contract.System`)
 and call `register_system` here (or, for code outside this repository, before building specs).
+`cherry.systems.get_system` imports a registered system's class. This module imports nothing of
+Cherry's (`cherry.spec` reads it), so the contract, which takes a `cherry.spec.RunSpec`, lives apart.
 """
 from __future__ import annotations
 
 import copy
-import importlib
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from cherry.planning.ordering import ORDERINGS  # the one list of orderings
-
-# A missing module under these roots is a bug in the repository, not a missing optional dependency.
-_OWN_PACKAGES = ("cherry", "baselines")
 
 
 @dataclass(frozen=True)
@@ -93,7 +91,7 @@ def register_system(entry: SystemEntry) -> SystemEntry:
 
 
 for _entry in (
-    SystemEntry("cherry", "cherry.bench.cherry_system", False, "#c0392b", "o", "Cherry", _CHERRY_OPTIONS),
+    SystemEntry("cherry", "cherry.systems.cherry_system", False, "#c0392b", "o", "Cherry", _CHERRY_OPTIONS),
     SystemEntry("full", "baselines.full", True, "#222222", "s", "full batch"),
     SystemEntry("dgl", "baselines.dgl", True, "#2471a3", "D", "DGL"),
     SystemEntry("pyg", "baselines.pyg", True, "#17a2b8", "P", "PyG"),
@@ -122,28 +120,3 @@ def system_entry(name: str) -> SystemEntry:
 def is_whole_batch(name: str) -> bool:
     """True for a system that trains each logical batch in one piece (K = 1)."""
     return system_entry(name).whole_batch
-
-
-def get_system(name: str):
-    """The `System` class registered as ``name``.
-
-    Raises ValueError for an unknown name, `cherry.bench.system.SystemUnavailable` when a
-    third-party package the system needs is missing, and ImportError for a broken module of this
-    repository.
-    """
-    from cherry.bench.system import System, SystemUnavailable
-
-    entry = system_entry(name)
-    try:
-        module = importlib.import_module(entry.module)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing.split(".")[0] in _OWN_PACKAGES and not entry.module.startswith(missing):
-            raise ImportError(f"system {name!r}: module {missing!r} is missing from this repository") from exc
-        if missing.split(".")[0] in _OWN_PACKAGES:
-            raise ImportError(f"system {name!r}: module {entry.module!r} does not exist") from exc
-        raise SystemUnavailable(f"system {name!r} needs the package {missing!r}, which is not installed") from exc
-    cls = getattr(module, "SYSTEM", None)
-    if not (isinstance(cls, type) and issubclass(cls, System)):
-        raise ImportError(f"{entry.module}.SYSTEM must be a subclass of cherry.bench.system.System, got {cls!r}")
-    return cls

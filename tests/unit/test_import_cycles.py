@@ -1,0 +1,131 @@
+"""No import cycles in `cherry/`: every import statement of every module (module level and inside
+functions alike, since a deferred import is still a dependency; ``if TYPE_CHECKING:`` blocks excepted)
+is an edge, and the graph must have no strongly connected component of two or more modules.
+
+``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b``; a package's
+``__init__`` is the module of its name. Parents imported implicitly by Python are not edges.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def module_files(root: Path, package: str) -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` under ``root/package``."""
+    modules = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imported_modules(module: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``module`` (source at ``path``) imports anywhere in its code."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.add(full if full in known else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+    return {m for m in found if m in known and m != module}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of two or more nodes (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    modules = module_files(root, package)
+    return {m: imported_modules(m, p, set(modules)) for m, p in modules.items()}
+
+
+def test_cherry_has_no_import_cycles():
+    graph = import_graph(REPO, "cherry")
+    assert len(graph) > 50  # the walk found the package
+    cycles = import_cycles(graph)
+    described = ["; ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in cycles]
+    assert not cycles, "import cycles in cherry/:\n" + "\n".join(described)
+
+
+@pytest.mark.parametrize("function_level", [False, True])
+def test_the_walk_finds_a_cycle_and_its_members(tmp_path, function_level):
+    pkg = tmp_path / "toy"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from . import b\n")
+    (pkg / "a.py").write_text("import toy.sub\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import toy.c\n")
+    deferred = "def f():\n    from ..a import x\n" if function_level else "from toy.a import x\n"
+    (pkg / "sub" / "b.py").write_text(deferred)
+    (pkg / "c.py").write_text("import toy.a\n")
+    graph = import_graph(tmp_path, "toy")
+    assert graph["toy.a"] == {"toy.sub"} and graph["toy.sub"] == {"toy.sub.b"} and graph["toy.sub.b"] == {"toy.a"}
+    assert import_cycles(graph) == [["toy.a", "toy.sub", "toy.sub.b"]]
+    (pkg / "sub" / "b.py").write_text("import os\n")
+    assert import_cycles(import_graph(tmp_path, "toy")) == []
