@@ -21,6 +21,11 @@ Exactly-once gradients: a micro-batch's gradients are added to the accumulators 
 backward has completed, so an out-of-memory anywhere inside it leaves the accumulators as they were.
 Recovery then re-plans the seeds not yet done with a recalibrated (larger) estimate, hence a larger K,
 and continues the same step: no seed lost, none counted twice.
+
+Recomputation: a plan with ``recompute`` runs each layer under activation checkpointing
+(`torch.utils.checkpoint`), so forward keeps only the layers' inputs and backward recomputes one layer
+at a time. It is exact: dropout masks are a function of node, layer and step, not of an RNG stream.
+The planner picks it only when one seed per micro-batch does not fit (``options.recompute="auto"``).
 """
 from __future__ import annotations
 
@@ -60,6 +65,7 @@ class ExecutorOptions:
     recover_oom: bool
     max_oom_recoveries: int = 8
     dropout_seed: int = 0  # with the step count, seeds every step's dropout masks (cherry.models.dropout)
+    recompute: str = "auto"  # per-layer recomputation: "auto" (when K alone cannot fit), "on", "off"
 
     def __post_init__(self) -> None:
         if self.num_microbatches is None and self.budget_bytes is None:
@@ -68,6 +74,8 @@ class ExecutorOptions:
             raise ValueError(f"num_microbatches must be >= 1, got {self.num_microbatches}")
         if self.budget_bytes is not None and self.budget_bytes <= 0:
             raise ValueError(f"budget_bytes must be positive, got {self.budget_bytes}")
+        if self.recompute not in ("auto", "on", "off"):
+            raise ValueError(f"recompute must be 'auto', 'on' or 'off', got {self.recompute!r}")
 
     @staticmethod
     def for_k(num_microbatches: Optional[int], budget_bytes: Optional[int] = None, **changes) -> "ExecutorOptions":
@@ -78,7 +86,8 @@ class ExecutorOptions:
         o = system_entry("cherry").option_defaults
         base = ExecutorOptions(num_microbatches=num_microbatches, budget_bytes=budget_bytes,
                                stage_features=o["stage_features"], pipeline=o["pipeline"], balance=o["balance"],
-                               safety=o["safety"], recover_oom=num_microbatches is None)
+                               safety=o["safety"], recover_oom=num_microbatches is None,
+                               recompute=o.get("recompute", "auto"))
         return dataclasses.replace(base, **changes)
 
     @staticmethod
@@ -97,6 +106,7 @@ class ExecutorOptions:
             num_microbatches=fixed_k, budget_bytes=budget_bytes,
             stage_features=o["stage_features"], pipeline=o["pipeline"], balance=o["balance"], safety=o["safety"],
             recover_oom=spec.num_microbatches is None, dropout_seed=spec.seed,
+            recompute=o.get("recompute", "auto"),
         )
 
 
@@ -113,6 +123,7 @@ class StepStats:
     estimated_peak_bytes: int
     measured_peak_bytes: Optional[int]
     redundancy: tuple[float, ...]
+    recompute: bool = False  # micro-batches ran with per-layer activation recomputation
 
 
 @dataclass(frozen=True)
@@ -171,6 +182,8 @@ class MicrobatchExecutor:
         self._pinned = PinnedRows(slots=2)  # per-micro-batch rows (prepared one ahead)
         self._pinned_stage = PinnedRows(slots=1)  # the whole batch's rows, once per step
         self._num_steps = 0  # accumulations so far: with options.dropout_seed, the step's dropout seed
+        self._last_k: Optional[int] = None  # the last step's K: where the next automatic K search starts
+        self._can_recompute = hasattr(model, "forward_layer") and hasattr(getattr(model, "spec", None), "num_layers")
 
     # -- planning -------------------------------------------------------------------------------
     def _stage_decision(self, blocks: Blocks, feature_dim: int, itemsize: int) -> bool:
@@ -200,6 +213,8 @@ class MicrobatchExecutor:
                 blocks, memory_model or self.memory_model, budget_bytes=self.options.budget_bytes,
                 num_microbatches=num_microbatches, seed_rank=self.seed_rank,
                 balance=self.options.balance, safety=self.options.safety, positions=positions,
+                recompute=self.options.recompute if self._can_recompute else "off",
+                start_k=self._last_k if positions is None else None,
             )
         except torch.OutOfMemoryError as exc:
             first = (str(exc).strip().splitlines() or ["out of memory"])[0]
@@ -216,8 +231,7 @@ class MicrobatchExecutor:
         """Stage decision and plan of ``blocks``; safe to call on another thread during a step."""
         stage = self._stage_decision(blocks, features.shape[1], features.element_size())
         staged_bytes = blocks.layers[0].num_src * features.shape[1] * features.element_size() if stage else 0
-        snapshot = dataclasses.replace(self.memory_model, fixed_bytes=self._base_fixed_bytes + staged_bytes,
-                                       error_history=[], _ratios=[])
+        snapshot = self.memory_model.snapshot(fixed_bytes=self._base_fixed_bytes + staged_bytes)
         return PlannedBatch(blocks, self.plan(blocks, num_microbatches=self.options.num_microbatches,
                                               memory_model=snapshot), stage)
 
@@ -297,6 +311,7 @@ class MicrobatchExecutor:
         groups, parts = list(plan.seed_groups), list(plan.microbatches)
         device_parts = self._to_device(parts)
         estimates, redundancy = list(plan.estimated_bytes), plan.redundancy
+        recompute = plan.recompute
         del plan, planned  # the lists own the parts: a re-plan after an out-of-memory can free them
         # Loss and correct counts stay on the device and are read once, after the last micro-batch.
         total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -327,7 +342,7 @@ class MicrobatchExecutor:
                     future = self._pool.submit(self._prepare, parts[k + 1], device_parts[k + 1], groups[k + 1],
                                                staged, features, labels_of_seeds)
                 with self.probe.phase("forward_backward"):
-                    logits = self.model(prepared.blocks, prepared.x)
+                    logits = self._forward(prepared, recompute)
                     loss = F.cross_entropy(logits, prepared.y, reduction="sum") / num_seeds
                     grads = torch.autograd.grad(loss, self.params, allow_unused=True)
             except torch.OutOfMemoryError as exc:
@@ -349,7 +364,7 @@ class MicrobatchExecutor:
                     )
                 recoveries += 1
                 capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
-                self.memory_model.observe_oom(shape, capacity)
+                self.memory_model.observe_oom(shape, capacity, recompute=recompute)
                 remaining = torch.cat(groups[k:])
                 failed_k = len(parts) - k  # micro-batches the failed plan had left
                 del parts[k:], device_parts[k:]  # free the failed plan's blocks before slicing anew
@@ -360,6 +375,7 @@ class MicrobatchExecutor:
                         replan = self.plan(blocks, positions=remaining,
                                            num_microbatches=min(remaining.numel(), 2 * failed_k))
                 groups[k:], parts[k:] = list(replan.seed_groups), list(replan.microbatches)
+                recompute = replan.recompute
                 device_parts[k:] = self._to_device(parts[k:])
                 estimates[k:] = list(replan.estimated_bytes)
                 continue
@@ -373,15 +389,28 @@ class MicrobatchExecutor:
             if self.memory is not None:  # the window's one reading (host-side allocator statistics)
                 peak = int(self.memory.peak_bytes())
                 measured_peak = peak if measured_peak is None else max(measured_peak, peak)
-                self.memory_model.observe(shape, peak)
+                self.memory_model.observe(shape, peak, recompute=recompute)
             k += 1
+        if self.options.num_microbatches is None:
+            self._last_k = len(parts)
         loss_value, correct_value = torch.stack([total_loss, num_correct.to(torch.float64)]).tolist()  # the one read
         return StepStats(
             loss=loss_value, num_correct=int(correct_value), num_seeds=num_seeds,
             num_microbatches=len(parts), num_oom_recoveries=recoveries, staged_features=stage,
             estimated_peak_bytes=max(estimates), measured_peak_bytes=measured_peak,
-            redundancy=redundancy,
+            redundancy=redundancy, recompute=recompute,
         )
+
+    def _forward(self, prepared: _Prepared, recompute: bool) -> torch.Tensor:
+        """The model on one micro-batch; with ``recompute``, each layer under activation checkpointing."""
+        if not recompute:
+            return self.model(prepared.blocks, prepared.x)
+        from torch.utils.checkpoint import checkpoint
+
+        h = prepared.x
+        for index, block in enumerate(prepared.blocks.layers):
+            h = checkpoint(self.model.forward_layer, index, block, h, use_reentrant=False)
+        return h
 
     def _to_device(self, parts: list[Blocks]) -> list[Blocks]:
         """All micro-batches' index buffers to the device in one pinned copy (on the side stream,
