@@ -11,7 +11,8 @@ The estimate is ``fixed_bytes + floor_bytes + scale * activation_bytes(shape)``:
   coefficients come from the model's layer widths and aggregator (what forward keeps for backward,
   plus the transient of the backward of the widest layer). It is exact in its *shape* (which counts
   matter) and approximate in its constants. With ``recompute`` (per-layer activation checkpointing)
-  forward keeps only each layer's input, and backward holds one layer's activations at a time.
+  forward keeps only each layer's input (``per_src_kept``), and backward holds one layer's
+  activations at a time: ``sum(kept) + max(layer less what is kept)``.
 - calibration (`observe`): over a window of recent measurements ``(activation, measured - fixed)``,
   ``scale`` is a robust slope (Theil-Sen over pairs of clearly different sizes; the median ratio when
   the sizes are alike), moved by at most ``MAX_STEP`` per measurement and kept in
@@ -172,8 +173,8 @@ class MemoryModel:
         layers = self._layer_floats(shape)
         if not (self.recompute if recompute is None else recompute):
             return sum(layers) * FLOAT_BYTES
-        kept = sum(c.per_src_kept * s.num_src for c, s in zip(self.costs, shape.layers))
-        return (kept + max(layers)) * FLOAT_BYTES
+        kept = [c.per_src_kept * s.num_src for c, s in zip(self.costs, shape.layers)]
+        return (sum(kept) + max(_internal(layers, kept))) * FLOAT_BYTES
 
     def estimate_bytes(self, shape: BatchShape, recompute: bool | None = None) -> int:
         return int(math.ceil(self.fixed_bytes + self.floor_bytes + self.scale * self.activation_bytes(shape, recompute)))
@@ -194,7 +195,8 @@ class MemoryModel:
             per_layer.append(layer)
             kept = kept + c.per_src_kept * s[..., 0]
         if self.recompute:
-            floats = kept + torch.stack(per_layer).amax(0)
+            kept_rows = [c.per_src_kept * counts[..., l, 0] for l, c in enumerate(self.costs)]
+            floats = kept + torch.stack(_internal(per_layer, kept_rows)).amax(0)
         return torch.ceil(self.fixed_bytes + self.floor_bytes + self.scale * (floats * FLOAT_BYTES)).to(torch.int64)
 
     def has_fitted(self, shape: BatchShape) -> bool:
@@ -236,6 +238,17 @@ class MemoryModel:
     def relative_errors(self) -> list[float]:
         """|estimated - measured| / measured of every observation, in order."""
         return [abs(e - m) / m for e, m in self.error_history if m > 0]
+
+
+def _internal(layers: list, kept: list) -> list:
+    """Per layer, its floats less those recomputation keeps anyway: the input layer's own floats count
+    its input rows, and every layer but the last counts its output, the next layer's kept input
+    (floats or float64 tensors alike; never below zero)."""
+    out = []
+    for l, total in enumerate(layers):
+        rest = total - (kept[0] if l == 0 else 0) - (kept[l + 1] if l + 1 < len(layers) else 0)
+        out.append(rest.clamp(min=0.0) if isinstance(rest, torch.Tensor) else max(rest, 0.0))
+    return out
 
 
 def _robust_slope(samples: list[tuple[float, float]]) -> float:
