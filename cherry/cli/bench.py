@@ -1,4 +1,4 @@
-"""`cherry bench ops|engine|systems`: side-by-side benchmarks that print ratios measured in one run.
+"""`cherry bench ops|engine|systems|planner|budget`: side-by-side benchmarks that print ratios measured in one run.
 
 The command line of each benchmark is defined here; the measuring lives in
 `cherry.bench.benchmarks.<name>.run(args)`, which imports no CLI code.
@@ -10,7 +10,7 @@ import importlib
 
 from cherry.cli.options import fanout_list, positive_int, size_bytes
 
-BENCHMARKS = ("ops", "engine", "systems", "planner")
+BENCHMARKS = ("ops", "engine", "systems", "planner", "budget")
 _PLANNER_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-arxiv,synth-products"
 
 
@@ -103,3 +103,22 @@ def _register_planner(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("planner"))
+
+
+def _register_budget(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("budget", help="memory-control stress test: aborted steps, overruns, K vs smallest K, errors")
+    p.add_argument("--graphs", default="geometric,barabasi-albert,chung-lu,synth-tiny",
+                   help="comma-separated degree laws and dataset names (rotated over the models)")
+    p.add_argument("--num-nodes", type=positive_int, default=3000, help="nodes of each generated degree law")
+    p.add_argument("--capacities", default="below-seed,seed,mid,whole",
+                   help="capacity points per configuration (below-seed, seed, mid, whole)")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--hidden", type=positive_int, default=32)
+    p.add_argument("--steps", type=positive_int, default=100, help="fresh batches per capacity")
+    p.add_argument("--search-every", type=int, default=20, help="K/Kmin on every N-th step (0: never)")
+    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--quick", action="store_true", help="2 configurations, 4 steps each (for tests)")
+    p.add_argument("--root", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, metavar="OUT")
+    p.set_defaults(func=_runner("budget"))

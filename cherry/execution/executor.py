@@ -201,11 +201,13 @@ class MicrobatchExecutor:
         return budget is None or self._base_fixed_bytes + staged <= budget // 2
 
     def plan(self, blocks: Blocks, positions: Optional[torch.Tensor] = None,
-             num_microbatches: Optional[int] = None, memory_model: Optional[MemoryModel] = None) -> MicrobatchPlan:
+             num_microbatches: Optional[int] = None, memory_model: Optional[MemoryModel] = None,
+             recompute: Optional[str] = None) -> MicrobatchPlan:
         """The plan of ``blocks`` (of the seeds at ``positions``). A fixed K larger than the seeds to
         plan (an epoch's smaller last batch) is cut to one seed per micro-batch. An out-of-memory while
         planning (the slicing itself does not fit) is a `BudgetTooSmallError`: no K can help. For a
-        model that reads degree layouts (an LSTM aggregator) every micro-batch carries its layout."""
+        model that reads degree layouts (an LSTM aggregator) every micro-batch carries its layout.
+        ``recompute`` overrides ``options.recompute`` (a recovery's escalation)."""
         if num_microbatches is not None:
             num_microbatches = min(num_microbatches, blocks.num_seeds if positions is None else positions.numel())
         try:
@@ -213,7 +215,7 @@ class MicrobatchExecutor:
                 blocks, memory_model or self.memory_model, budget_bytes=self.options.budget_bytes,
                 num_microbatches=num_microbatches, seed_rank=self.seed_rank,
                 balance=self.options.balance, safety=self.options.safety, positions=positions,
-                recompute=self.options.recompute if self._can_recompute else "off",
+                recompute=(recompute or self.options.recompute) if self._can_recompute else "off",
                 start_k=self._last_k if positions is None else None,
             )
         except torch.OutOfMemoryError as exc:
@@ -356,28 +358,9 @@ class MicrobatchExecutor:
                 # activations) reachable from these locals: drop them before re-planning
                 prepared = logits = loss = grads = None
                 self._free()
-                if (not self.options.recover_oom or self.options.budget_bytes is None
-                        or recoveries >= self.options.max_oom_recoveries or groups[k].numel() == 1):
-                    raise MicrobatchOutOfMemoryError(
-                        f"micro-batch {k + 1}/{len(parts)} ({groups[k].numel()} seeds, estimated "
-                        f"{estimates[k]} B) ran out of device memory: {oom_message}"
-                    )
+                recompute = self._replan_after_oom(blocks, groups, parts, device_parts, estimates, k, shape,
+                                                   recompute, recoveries, oom_message)
                 recoveries += 1
-                capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
-                self.memory_model.observe_oom(shape, capacity, recompute=recompute)
-                remaining = torch.cat(groups[k:])
-                failed_k = len(parts) - k  # micro-batches the failed plan had left
-                del parts[k:], device_parts[k:]  # free the failed plan's blocks before slicing anew
-                self._free()
-                with self.probe.phase("plan"):
-                    replan = self.plan(blocks, positions=remaining)
-                    if replan.num_microbatches <= failed_k:  # recalibration must make it finer
-                        replan = self.plan(blocks, positions=remaining,
-                                           num_microbatches=min(remaining.numel(), 2 * failed_k))
-                groups[k:], parts[k:] = list(replan.seed_groups), list(replan.microbatches)
-                recompute = replan.recompute
-                device_parts[k:] = self._to_device(parts[k:])
-                estimates[k:] = list(replan.estimated_bytes)
                 continue
             with torch.no_grad():
                 pairs = [(acc, g) for acc, g in zip(self._accumulators, grads) if g is not None]
@@ -400,6 +383,41 @@ class MicrobatchExecutor:
             estimated_peak_bytes=max(estimates), measured_peak_bytes=measured_peak,
             redundancy=redundancy, recompute=recompute,
         )
+
+    def _replan_after_oom(self, blocks: Blocks, groups: list, parts: list, device_parts: list, estimates: list,
+                          k: int, shape: BatchShape, recompute: bool, recoveries: int, oom_message: str) -> bool:
+        """Recovery from an out-of-memory of micro-batch ``k``: recalibrate, then re-plan the seeds not
+        yet done (``groups[k:]`` and the other lists, replaced in place) finer than before; a single seed
+        that failed without recomputation is re-planned with it (when allowed). Returns whether the new
+        plan recomputes. Raises `MicrobatchOutOfMemoryError` when nothing finer is left or allowed."""
+        escalate = (groups[k].numel() == 1 and not recompute and self._can_recompute
+                    and self.options.recompute != "off")
+        if (not self.options.recover_oom or self.options.budget_bytes is None
+                or recoveries >= self.options.max_oom_recoveries or (groups[k].numel() == 1 and not escalate)):
+            raise MicrobatchOutOfMemoryError(
+                f"micro-batch {k + 1}/{len(parts)} ({groups[k].numel()} seeds, estimated "
+                f"{estimates[k]} B{', with recomputation' if recompute else ''}) ran out of device memory: "
+                f"{oom_message}"
+            )
+        capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
+        self.memory_model.observe_oom(shape, capacity, recompute=recompute)
+        remaining = torch.cat(groups[k:])
+        failed_k = len(parts) - k  # micro-batches the failed plan had left
+        del parts[k:], device_parts[k:]  # free the failed plan's blocks before slicing anew
+        self._free()
+        with self.probe.phase("plan"):
+            if escalate:  # one seed did not fit as it is: the same seeds, recomputing
+                replan = self.plan(blocks, positions=remaining, recompute="on")
+            else:
+                mode = "on" if recompute else None
+                replan = self.plan(blocks, positions=remaining, recompute=mode)
+                if replan.num_microbatches <= failed_k:  # recalibration must make it finer
+                    replan = self.plan(blocks, positions=remaining, recompute=mode,
+                                       num_microbatches=min(remaining.numel(), 2 * failed_k))
+        groups[k:], parts[k:] = list(replan.seed_groups), list(replan.microbatches)
+        device_parts[k:] = self._to_device(parts[k:])
+        estimates[k:] = list(replan.estimated_bytes)
+        return replan.recompute
 
     def _forward(self, prepared: _Prepared, recompute: bool) -> torch.Tensor:
         """The model on one micro-batch; with ``recompute``, each layer under activation checkpointing."""
