@@ -241,12 +241,12 @@ class MemoryModel:
 
 
 def _internal(layers: list, kept: list) -> list:
-    """Per layer, its floats less those recomputation keeps anyway: the input layer's own floats count
-    its input rows, and every layer but the last counts its output, the next layer's kept input
-    (floats or float64 tensors alike; never below zero)."""
+    """Per layer, what its backward holds under recomputation besides the kept inputs: its own floats
+    (recomputed; the input layer's less its input rows, which are kept) and, above the input layer,
+    the gradient of its input (as large as that kept input). Floats or float64 tensors alike."""
     out = []
     for l, total in enumerate(layers):
-        rest = total - (kept[0] if l == 0 else 0) - (kept[l + 1] if l + 1 < len(layers) else 0)
+        rest = total - kept[0] if l == 0 else total + kept[l]
         out.append(rest.clamp(min=0.0) if isinstance(rest, torch.Tensor) else max(rest, 0.0))
     return out
 

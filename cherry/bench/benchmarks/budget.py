@@ -3,7 +3,8 @@
 A stress test of the memory control of issue 22, on the CPU's emulated device (`DeviceMemory` with a
 capacity raises the out-of-memory a GPU would). Configurations rotate over the degree laws of `cherry
 bench planner` and the generated datasets, the models (SAGE mean/pool/lstm, GCN, GAT), 2 and 3 layers,
-and sampled and all-neighbour fanouts; each runs at capacities from below "one seed barely fits"
+and sampled and all-neighbour fanouts, plus two deep all-neighbour models (4 layers, GAT and SAGE, on
+the geometric graph: the memory wall where K alone stops); each runs at capacities from below "one seed barely fits"
 (recomputation's range, where it is priced to save more than 15%) up to "K = 1 fits", measured on the configuration's first batch (its whole
 batch's peak and its largest single seed's peak, with no capacity). Each capacity trains ``--steps``
 steps of fresh batches with the `Trainer` of ``cherry train`` (automatic K, budget = capacity less the
@@ -34,6 +35,7 @@ import torch
 MODELS = (("sage", "mean"), ("sage", "pool"), ("sage", "lstm"), ("gcn", None), ("gat", None))
 DEFAULT_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-tiny"
 CAPACITY_POINTS = ("below-seed", "seed", "mid", "whole")
+DEEP_GRAPH = "geometric"
 RECOMPUTE_SAVING = 0.85  # "below-seed" runs only where recomputation is priced below this share of a seed
 
 
@@ -61,7 +63,10 @@ def configurations(graphs: list[str], quick: bool) -> list[Config]:
             sampled = (4, 6, 8)[:layers] if layers == 3 else (5, 10)
             fanouts = sampled if j % 2 == 0 else (*sampled[:-1], -1)
             out.append(Config(graphs[j % len(graphs)], model, aggr, layers, fanouts))
-    return out[:2] if quick else out
+    # where K alone stops: a deep all-neighbour model on a graph its hops saturate (every micro-batch
+    # holds most of the graph at its lower layers), so below one seed only recomputation helps
+    deep = [Config(DEEP_GRAPH, "gat", None, 4, (-1,) * 4), Config(DEEP_GRAPH, "sage", "mean", 4, (-1,) * 4)]
+    return [out[0], deep[0]] if quick else out + deep
 
 
 def _dataset(name: str, num_nodes: int, root, seed: int):
@@ -116,14 +121,17 @@ def reference_capacities(dataset, config, args) -> dict[str, int]:
     from cherry.sampling import slice_blocks
     from cherry.spec import BUDGET_RESERVE_FRACTION
 
+    from cherry.sampling import NeighborSampler
+
     seeds = _batches(dataset, args, 1)[0]
+    # sampled and sliced before the tracker starts: in a run the loader's thread does this unseen
+    blocks = NeighborSampler(dataset.graph, list(config.fanouts)).sample(seeds, torch.Generator().manual_seed(args.seed))
+    singles = [slice_blocks(blocks, torch.tensor([i])) for i in range(blocks.num_seeds)]
     with DeviceMemory("cpu", None) as memory:
         trainer = _trainer(dataset, config, args, None, memory)
         trainer.executor.options = dataclasses.replace(trainer.executor.options, num_microbatches=1)
-        blocks = trainer.sampler.sample(seeds, torch.Generator().manual_seed(args.seed))
         whole = _peak_of(trainer, memory, blocks)
         mm = trainer.memory_model
-        singles = [slice_blocks(blocks, torch.tensor([i])) for i in range(blocks.num_seeds)]
         ranked = sorted(range(len(singles)), key=lambda i: -mm.activation_bytes(BatchShape.of(singles[i])))
         seed_peak = max(_peak_of(trainer, memory, singles[i]) for i in ranked[:3])
         top = BatchShape.of(singles[ranked[0]])
@@ -257,6 +265,50 @@ def summary(rows: list[dict]) -> dict:
     }
 
 
+def recompute_cost(dataset, config, args, num_microbatches: int = 4) -> dict:
+    """What recomputation costs and saves on ``config``: the same batches at the same fixed K, each
+    step run with and without it, alternating (which goes first alternates too) so that drift hits
+    both alike. Time: forward+backward of the whole batch (no optimizer step, no tracker: the
+    tracker's dispatch cost would dilute the ratio), the ratio of medians with the hierarchical
+    bootstrap interval of `cherry.report.stats.median_ratio` (one run). Memory: the measured peak of
+    the first batch both ways under the emulated device's tracker."""
+    from cherry.memory import DeviceMemory
+    from cherry.report.stats import median_ratio
+
+    def executor_for(trainer, recompute: str):
+        ex = trainer.executor
+        ex.options = dataclasses.replace(ex.options, num_microbatches=num_microbatches, recover_oom=False,
+                                         recompute=recompute)
+        return ex
+
+    batches = _batches(dataset, args, args.recompute_steps + 1)
+    with DeviceMemory("cpu", None) as memory:
+        trainer = _trainer(dataset, config, args, None, memory)
+        blocks = trainer.sampler.sample(batches[0], torch.Generator().manual_seed(args.seed))
+        peaks = {}
+        for mode in ("off", "on"):
+            executor_for(trainer, mode)
+            peaks[mode] = _peak_of(trainer, memory, blocks)
+        trainer.close()
+    trainer = _trainer(dataset, config, args, None, None)
+    gen = torch.Generator().manual_seed(args.seed + 3)
+    times = {"on": [], "off": []}
+    for i, seeds in enumerate(batches[1:]):
+        blocks = trainer.sampler.sample(seeds, gen)
+        for mode in (("on", "off") if i % 2 == 0 else ("off", "on")):
+            ex = executor_for(trainer, mode)
+            start = time.perf_counter()
+            ex.accumulate(blocks, trainer.data.features, trainer.data.labels)
+            times[mode].append(time.perf_counter() - start)
+    trainer.close()
+    ratio = median_ratio(times["on"], times["off"])
+    return {"config": config.label, "num_microbatches": num_microbatches, "steps": len(times["on"]),
+            "time_ratio": ratio.value if ratio else None, "time_ratio_low": ratio.low if ratio else None,
+            "time_ratio_high": ratio.high if ratio else None, "peak_off_bytes": peaks["off"],
+            "peak_on_bytes": peaks["on"], "peak_ratio": peaks["on"] / max(peaks["off"], 1),
+            "step_s_on_median": statistics.median(times["on"]), "step_s_off_median": statistics.median(times["off"])}
+
+
 def run(args) -> int:
     from cherry.io import write_json_atomic
 
@@ -265,6 +317,7 @@ def run(args) -> int:
         raise ValueError("--graphs must name at least one degree law or dataset")
     if args.quick:
         args.steps, args.search_every = min(args.steps, 4), min(args.search_every or 2, 2)
+        args.recompute_steps = min(args.recompute_steps, 3)
     torch.set_num_threads(args.threads)
     points = [p for p in args.capacities.split(",") if p]
     bad = [p for p in points if p not in CAPACITY_POINTS]
@@ -288,10 +341,20 @@ def run(args) -> int:
             row["capacity_point"] = point
             rows.append(row)
             print(format_row(row), flush=True)
+    if args.recompute_steps:
+        config = Config(DEEP_GRAPH, "gat", None, 4, (-1,) * 4)
+        cost = recompute_cost(cache.get(config.graph) or _dataset(config.graph, args.num_nodes, args.root, args.seed),
+                              config, args)
+        print(f"\nrecomputation on {cost['config']}, K={cost['num_microbatches']}, {cost['steps']} batches each way, "
+              f"alternating: step time x{_fmt(cost['time_ratio'], '.2f')} [{_fmt(cost['time_ratio_low'], '.2f')}, "
+              f"{_fmt(cost['time_ratio_high'], '.2f')}] (95% interval), peak x{cost['peak_ratio']:.2f} "
+              f"({cost['peak_on_bytes']} B vs {cost['peak_off_bytes']} B)", flush=True)
+    else:
+        cost = None
     total = summary(rows)
     total["wall_s"] = time.perf_counter() - started
     print("\nsummary: " + ", ".join(f"{k}={_fmt(v, '.3f') if isinstance(v, float) else v}" for k, v in total.items()))
     if args.json:
         write_json_atomic(args.json, {"args": {k: v for k, v in vars(args).items() if not k.startswith("_") and k != "func"},
-                                      "rows": rows, "summary": total})
+                                      "rows": rows, "summary": total, "recompute_cost": cost})
     return 0
