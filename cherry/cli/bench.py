@@ -119,6 +119,7 @@ def _register_budget(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--recompute-steps", type=int, default=40,
                    help="batches timed with and without recomputation, alternating (0: skip)")
+    p.add_argument("--max-configs", type=int, default=None, help="only the first N configurations (0: none)")
     p.add_argument("--quick", action="store_true", help="2 configurations, 4 steps each (for tests)")
     p.add_argument("--root", default=None)
     p.add_argument("--seed", type=int, default=0)

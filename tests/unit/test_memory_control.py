@@ -168,3 +168,24 @@ def test_evaluation_runs_under_the_capacity_training_fitted(synth_tiny):
         trainer.close()
         assert memory.peak_bytes() <= capacity
     assert result.max_microbatches > 1 and 0 <= acc["valid"] <= 1 and result.valid_acc == acc["valid"]
+
+
+def test_bench_budget_rows_report_the_targets():
+    """One small configuration of `cherry bench budget` at the "seed" capacity: every step trains (no
+    abort), the largest peak stays within the capacity, and the row carries every figure the
+    benchmark prints, K over the smallest fitting K included (>= 1 by construction of the search)."""
+    import argparse
+
+    from cherry.bench.benchmarks import budget
+
+    args = argparse.Namespace(batch_size=24, hidden=16, steps=3, search_every=2, seed=0, root=None, num_nodes=600)
+    config = budget.Config("chung-lu", "sage", "mean", 2, (5, 10))
+    dataset = budget._dataset(config.graph, args.num_nodes, None, args.seed)
+    caps = budget.reference_capacities(dataset, config, args)
+    assert caps["seed"] < caps["mid"] <= caps["whole"]
+    row = budget.run_capacity(dataset, config, args, caps["mid"])
+    assert row["aborted_steps"] == 0 and row["refused_steps"] == 0
+    assert row["peak_over_capacity"] <= 1.0
+    assert row["k_over_smallest_median"] >= 1.0
+    assert budget.format_row(row).startswith("chung-lu/sage-mean/L2/5,10")
+    assert budget.summary([row])["aborted_steps"] == 0

@@ -328,7 +328,10 @@ def run(args) -> int:
           f"K/Kmin every {args.search_every} steps; emulated device (CPU)", flush=True)
     print(HEADER, flush=True)
     rows, cache = [], {}
-    for config in configurations(graphs, args.quick):
+    configs = configurations(graphs, args.quick)
+    if getattr(args, "max_configs", None) is not None:
+        configs = configs[: args.max_configs]
+    for config in configs:
         if config.graph not in cache:
             cache[config.graph] = _dataset(config.graph, args.num_nodes, args.root, args.seed)
         dataset = cache[config.graph]
