@@ -392,6 +392,9 @@ class MicrobatchExecutor:
         plan recomputes. Raises `MicrobatchOutOfMemoryError` when nothing finer is left or allowed."""
         escalate = (groups[k].numel() == 1 and not recompute and self._can_recompute
                     and self.options.recompute != "off")
+        capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
+        if capacity is not None:  # evidence, also when nothing is left to try: the next plan refuses on it
+            self.memory_model.observe_oom(shape, capacity, recompute=recompute)
         if (not self.options.recover_oom or self.options.budget_bytes is None
                 or recoveries >= self.options.max_oom_recoveries or (groups[k].numel() == 1 and not escalate)):
             raise MicrobatchOutOfMemoryError(
@@ -399,8 +402,6 @@ class MicrobatchExecutor:
                 f"{estimates[k]} B{', with recomputation' if recompute else ''}) ran out of device memory: "
                 f"{oom_message}"
             )
-        capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
-        self.memory_model.observe_oom(shape, capacity, recompute=recompute)
         remaining = torch.cat(groups[k:])
         failed_k = len(parts) - k  # micro-batches the failed plan had left
         del parts[k:], device_parts[k:]  # free the failed plan's blocks before slicing anew

@@ -21,7 +21,9 @@ The estimate is ``fixed_bytes + floor_bytes + scale * activation_bytes(shape)``:
   bounded factor, and an outlier leaves the window after ``WINDOW`` measurements. An out-of-memory
   (`observe_oom`) is evidence and may raise the scale past those bounds.
 - ``largest_fitted_activation_bytes``: the largest analytic activation of a micro-batch that fitted in
-  this run: the planner never refuses a micro-batch no larger than one that fitted.
+  this run: the planner never refuses a micro-batch no larger than one that fitted;
+  ``smallest_failed_seed_bytes``: the smallest single-seed micro-batch that ran out of memory (with and
+  without recomputation): the evidence on which the planner refuses.
 `error_history` keeps ``(estimated, measured)`` pairs so the estimator reports its own error.
 
 Invariant: ``estimate_bytes`` is monotone in every count, so splitting a batch never raises the
@@ -132,7 +134,7 @@ class MemoryModel:
 
     Public methods (stable for other estimators that hook in): `for_model`, `activation_bytes`,
     `estimate_bytes`, `estimate_bytes_many`, `observe`, `observe_oom`, `relative_errors`,
-    `with_recompute`, `snapshot`, `has_fitted`.
+    `with_recompute`, `snapshot`, `has_fitted`, `has_failed`.
     """
 
     costs: tuple[LayerCost, ...]
@@ -141,6 +143,7 @@ class MemoryModel:
     floor_bytes: int = 0
     recompute: bool = False
     largest_fitted_activation_bytes: float = 0.0
+    smallest_failed_seed_bytes: dict = field(default_factory=dict)  # recompute? -> activation of a seed that ran out
     error_history: list[tuple[int, int]] = field(default_factory=list)
     _samples: list[tuple[float, float]] = field(default_factory=list)  # (activation, measured - fixed)
 
@@ -159,7 +162,8 @@ class MemoryModel:
     def snapshot(self, fixed_bytes: int | None = None) -> "MemoryModel":
         """A frozen-in-time copy (for planning on another thread), with ``fixed_bytes`` if given."""
         return dataclasses.replace(self, fixed_bytes=self.fixed_bytes if fixed_bytes is None else int(fixed_bytes),
-                                   error_history=[], _samples=list(self._samples))
+                                   error_history=[], _samples=list(self._samples),
+                                   smallest_failed_seed_bytes=dict(self.smallest_failed_seed_bytes))
 
     def _layer_floats(self, shape: BatchShape) -> list[float]:
         if len(shape.layers) != len(self.costs):
@@ -203,6 +207,12 @@ class MemoryModel:
         """Whether a micro-batch at least as large as ``shape`` (by analytic activation) fitted."""
         return 0 < self.activation_bytes(shape, False) <= self.largest_fitted_activation_bytes
 
+    def has_failed(self, shape: BatchShape) -> bool:
+        """Whether a single-seed micro-batch no larger than ``shape`` (same recomputation setting as
+        this model) ran out of memory in this run: evidence that ``shape`` cannot fit."""
+        failed = self.smallest_failed_seed_bytes.get(self.recompute)
+        return failed is not None and self.activation_bytes(shape) >= failed
+
     def observe(self, shape: BatchShape, measured_peak_bytes: int, recompute: bool = False) -> None:
         """Record a measured peak for ``shape`` (run with recomputation if ``recompute``) and
         recalibrate (see module docstring): both ways of running share one scale and floor."""
@@ -226,6 +236,9 @@ class MemoryModel:
         act = self.activation_bytes(shape, recompute)
         if act <= 0:
             return
+        if shape.num_seeds == 1:
+            known = self.smallest_failed_seed_bytes.get(recompute, math.inf)
+            self.smallest_failed_seed_bytes[recompute] = min(known, act)
         needed = 1.1 * capacity_bytes - self.fixed_bytes
         self.scale = max(self.scale * 1.25, (needed - self.floor_bytes) / act)
         self._samples.append((act, needed))

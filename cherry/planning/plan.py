@@ -9,8 +9,10 @@ steady over equal batches) or 1, split, slice, estimate each part; while the lar
 exceeds ``budget * (1 - safety)``, grow K in proportion to the overshoot; a start that fits with room
 to spare is lowered, by at most half per step. When even one seed per micro-batch is estimated above
 that limit, the plan still runs it if the estimate is within the budget itself (the margin is a
-safety, not a limit) or if a micro-batch at least as large fitted in this run (the memory model's
-evidence): calibration alone never refuses a step. Otherwise, with ``recompute="auto"``, the smallest
+safety, not a limit), if a micro-batch at least as large fitted in this run, or, short of evidence
+that such a seed ran out of memory, if the estimate is within `TRY_FACTOR` times the budget:
+calibration alone never refuses a step, evidence does (the executor's out-of-memory path re-plans,
+with recomputation, and records the evidence). Otherwise, with ``recompute="auto"``, the smallest
 K with per-layer recomputation (`MemoryModel.with_recompute`) is chosen; ``"on"`` plans with it from
 the start, ``"off"`` never. What is left raises `BudgetTooSmallError`, naming the estimate, the
 budget, the safety margin and the smallest budgets that would fit with and without recomputation.
@@ -221,6 +223,16 @@ def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional
     return k, built
 
 
+TRY_FACTOR = 2.0  # without evidence either way, a single seed estimated up to this times the budget is tried
+
+
+def _worth_trying(model: MemoryModel, shape: BatchShape, estimate: int, budget_bytes: int) -> bool:
+    """Whether a single-seed micro-batch estimated above the budget is still run: calibration alone
+    never refuses. It is unless an out-of-memory of a single seed at most as large proved it cannot
+    fit (`MemoryModel.has_failed`), or the estimate is more than `TRY_FACTOR` times the budget."""
+    return estimate <= TRY_FACTOR * budget_bytes and not model.has_failed(shape)
+
+
 def _choose_k(build, memory_model: MemoryModel, budget_bytes: int, safety: float, n: int, recompute: str,
               start_k: Optional[int]):
     """``(built plan, recompute?)`` under ``budget_bytes`` (see the module docstring)."""
@@ -239,18 +251,22 @@ def _choose_k(build, memory_model: MemoryModel, budget_bytes: int, safety: float
         if worst <= limit:
             return built, False
         # one seed per micro-batch: run it anyway if only the margin or calibration says no
-        largest = max(range(len(built[1])), key=lambda g: built[2][g])
-        if worst <= budget_bytes or plain.has_fitted(BatchShape.of(built[1][largest])):
+        largest = BatchShape.of(built[1][max(range(len(built[1])), key=lambda g: built[2][g])])
+        if worst <= budget_bytes or plain.has_fitted(largest) or (
+                recompute == "off" and _worth_trying(plain, largest, worst, budget_bytes)):
             return built, False
-        plain_worst = worst
+        plain_worst, plain_built = worst, built
     else:
-        plain_worst = max(build(n, plain)[2])
+        plain_worst, plain_built = max(build(n, plain)[2]), None
     with_recompute = memory_model.with_recompute(True)
     if recompute != "off":
         k, built = _search_k(build, with_recompute, limit, n, start_k if recompute == "on" else 1)
         worst = max(built[2])
-        if worst <= limit or worst <= budget_bytes:
+        largest = BatchShape.of(built[1][max(range(len(built[1])), key=lambda g: built[2][g])])
+        if worst <= limit or worst <= budget_bytes or _worth_trying(with_recompute, largest, worst, budget_bytes):
             return built, True
+        if plain_built is not None and _worth_trying(plain, largest, plain_worst, budget_bytes):
+            return plain_built, False
         rc_worst = worst
     else:
         rc_worst = max(build(n, with_recompute)[2])
