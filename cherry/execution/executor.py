@@ -44,6 +44,7 @@ from cherry.models.dropout import set_dropout_step, step_seed
 from cherry.models.sage import reads_degree_layouts
 from cherry.probe import DeviceMemoryLike, NullProbe, Probe
 from cherry.planning import BatchShape, BudgetTooSmallError, MemoryModel, MicrobatchPlan, plan_microbatches
+from cherry.planning.plan import resident_index_bytes
 from cherry.sampling import Blocks
 
 
@@ -312,6 +313,7 @@ class MicrobatchExecutor:
                 plan = self.plan(blocks, num_microbatches=self.options.num_microbatches)
         groups, parts = list(plan.seed_groups), list(plan.microbatches)
         device_parts = self._to_device(parts)
+        resident = resident_index_bytes(parts)  # in every estimate, not in what calibrates the model
         estimates, redundancy = list(plan.estimated_bytes), plan.redundancy
         recompute = plan.recompute
         del plan, planned  # the lists own the parts: a re-plan after an out-of-memory can free them
@@ -360,6 +362,7 @@ class MicrobatchExecutor:
                 self._free()
                 recompute = self._replan_after_oom(blocks, groups, parts, device_parts, estimates, k, shape,
                                                    recompute, recoveries, oom_message)
+                resident = resident_index_bytes(parts)
                 recoveries += 1
                 continue
             with torch.no_grad():
@@ -372,7 +375,7 @@ class MicrobatchExecutor:
             if self.memory is not None:  # the window's one reading (host-side allocator statistics)
                 peak = int(self.memory.peak_bytes())
                 measured_peak = peak if measured_peak is None else max(measured_peak, peak)
-                self.memory_model.observe(shape, peak, recompute=recompute)
+                self.memory_model.observe(shape, max(peak - resident, 0), recompute=recompute)
             k += 1
         if self.options.num_microbatches is None:
             self._last_k = len(parts)
@@ -394,7 +397,7 @@ class MicrobatchExecutor:
                     and self.options.recompute != "off")
         capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
         if capacity is not None:  # evidence, also when nothing is left to try: the next plan refuses on it
-            self.memory_model.observe_oom(shape, capacity, recompute=recompute)
+            self.memory_model.observe_oom(shape, capacity - resident_index_bytes(parts), recompute=recompute)
         if (not self.options.recover_oom or self.options.budget_bytes is None
                 or recoveries >= self.options.max_oom_recoveries or (groups[k].numel() == 1 and not escalate)):
             raise MicrobatchOutOfMemoryError(

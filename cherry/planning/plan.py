@@ -101,6 +101,17 @@ def _groups_of(row: torch.Tensor, order: torch.Tensor, k: int, sizes: list[int])
     return torch.split(order.index_select(0, stable_argsort(row, k)), sizes)
 
 
+def resident_index_bytes(parts) -> int:
+    """Bytes of the index buffers of every micro-batch of a plan (per layer: int64 source ids, CSC
+    indptr and indices; the input positions), which the executor keeps on the device for the whole
+    step. The planner adds them to every estimate; measurements have them subtracted before they
+    calibrate the per-micro-batch model (`cherry.execution.executor`)."""
+    total = 0
+    for p in parts:
+        total += sum(b.num_src + b.num_dst + 1 + b.num_edges for b in p.layers) + p.layers[0].num_src
+    return 8 * total
+
+
 class BudgetTooSmallError(ValueError):
     """The memory budget cannot hold the micro-batch of a single seed."""
 
@@ -169,6 +180,12 @@ def plan_microbatches(
     costs: Optional[torch.Tensor] = None
 
     def build(k: int, memory_model: MemoryModel):
+        groups, parts, est = build_parts(k, memory_model)
+        # every micro-batch's index buffers stay on the device for the whole step (one copy per step)
+        resident = resident_index_bytes(parts)
+        return groups, parts, tuple(e + resident for e in est)
+
+    def build_parts(k: int, memory_model: MemoryModel):
         nonlocal costs
         if k == 1 and whole_batch:  # the batch itself: no ordering, costing or slicing needed
             return (torch.arange(n, dtype=torch.int64, device=blocks.seeds.device),), (blocks,), (memory_model.estimate_bytes(BatchShape.of(blocks)),)

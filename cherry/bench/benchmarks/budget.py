@@ -5,8 +5,7 @@ capacity raises the out-of-memory a GPU would). Configurations rotate over the d
 bench planner` and the generated datasets, the models (SAGE mean/pool/lstm, GCN, GAT), 2 and 3 layers,
 and sampled and all-neighbour fanouts, plus two deep all-neighbour models (4 layers, GAT and SAGE, on
 the geometric graph: the memory wall where K alone stops); each runs at capacities from below "one seed barely fits"
-(recomputation's range, where it is priced to save more than 15%) up to "K = 1 fits", measured on the configuration's first batch (its whole
-batch's peak and its largest single seed's peak, with no capacity). Each capacity trains ``--steps``
+(recomputation's range, where it is priced to save more than 15%) up to "K = 1 fits", measured on the configuration's first batch (its peak at K = 1 and at one seed per micro-batch, with no capacity). Each capacity trains ``--steps``
 steps of fresh batches with the `Trainer` of ``cherry train`` (automatic K, budget = capacity less the
 run spec's reserve). Per configuration it reports:
 - ``abort``: steps that ran out of memory and could not be recovered; target 0; ``refused``: steps
@@ -114,8 +113,8 @@ def _peak_of(trainer, memory, blocks) -> int:
 
 
 def reference_capacities(dataset, config, args) -> dict[str, int]:
-    """Capacities of `CAPACITY_POINTS` from the first batch, measured with no capacity: its whole
-    peak at K = 1 and the largest single-seed peak (of the seeds the analytic model ranks highest)."""
+    """Capacities of `CAPACITY_POINTS` from the first batch, measured with no capacity: its peak at
+    K = 1 and at K = its seeds; recomputation's saving priced on its largest seed."""
     from cherry.memory import DeviceMemory
     from cherry.planning import BatchShape
     from cherry.sampling import slice_blocks
@@ -133,7 +132,9 @@ def reference_capacities(dataset, config, args) -> dict[str, int]:
         whole = _peak_of(trainer, memory, blocks)
         mm = trainer.memory_model
         ranked = sorted(range(len(singles)), key=lambda i: -mm.activation_bytes(BatchShape.of(singles[i])))
-        seed_peak = max(_peak_of(trainer, memory, singles[i]) for i in ranked[:3])
+        # the whole batch at one seed per micro-batch (every micro-batch's index buffers are resident)
+        trainer.executor.options = dataclasses.replace(trainer.executor.options, num_microbatches=blocks.num_seeds)
+        seed_peak = _peak_of(trainer, memory, blocks)
         top = BatchShape.of(singles[ranked[0]])
         saving = mm.activation_bytes(top, True) / max(mm.activation_bytes(top, False), 1.0)
         trainer.close()
