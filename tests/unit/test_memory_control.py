@@ -28,8 +28,10 @@ def _spec(ds, layers=2, dropout=0.0, hidden=32):
 
 
 def _single_seed_worst(blocks, mm):
-    return max(mm.estimate_bytes(BatchShape.of(slice_blocks(blocks, torch.tensor([i]))))
-               for i in range(blocks.num_seeds))
+    """The planner's largest estimate at one seed per micro-batch (every micro-batch's resident index
+    buffers included), with recomputation when ``mm`` prices it."""
+    plan = plan_microbatches(blocks, mm, num_microbatches=blocks.num_seeds, recompute="on" if mm.recompute else "off")
+    return plan.max_estimated_bytes
 
 
 def test_a_tiny_microbatch_with_a_large_floor_moves_the_model_by_a_bounded_factor(data):
@@ -119,7 +121,7 @@ def test_recomputation_below_one_seed_gives_the_same_gradient(data):
     recomputation, the step trains (measured under that capacity) and its gradient equals the K=1
     gradient without recomputation (no budget) to 1e-5, with dropout on."""
     ds = random_dataset(num_nodes=80, avg_degree=30)  # dense: all-neighbour layers saturate, so they are alike
-    spec = _spec(ds, layers=3, dropout=0.5, hidden=64)
+    spec = _spec(ds, layers=3, dropout=0.5, hidden=128)
     blocks = NeighborSampler(ds.graph, [-1, -1, -1]).sample(ds.train_idx[:6], torch.Generator().manual_seed(2))
     ref_ex, mm = _executor(ds, spec, None, k=1)
     ref_stats = ref_ex.accumulate(blocks, ds.features.double(), ds.labels)
@@ -127,7 +129,7 @@ def test_recomputation_below_one_seed_gives_the_same_gradient(data):
     ref_ex.close()
     plain = _single_seed_worst(blocks, mm)
     rc = _single_seed_worst(blocks, mm.with_recompute(True))
-    assert rc < 0.9 * plain
+    assert rc < 0.95 * plain
     budget = int((rc + plain) / 2)
     ex, _ = _executor(ds, spec, budget)
     stats = ex.accumulate(blocks, ds.features.double(), ds.labels)
