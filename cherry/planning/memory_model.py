@@ -231,8 +231,10 @@ class MemoryModel:
 
     def observe_oom(self, shape: BatchShape, capacity_bytes: int, recompute: bool = False) -> None:
         """An out-of-memory at ``shape`` proves its true peak exceeds ``capacity_bytes``: the estimate
-        of ``shape`` becomes at least 10% above it, by the scale (evidence may pass the bounds), and
-        the window keeps that point so the floor's refit cannot drop it at once."""
+        of ``shape`` becomes at least 10% above it, by the scale (evidence may pass the bounds). The
+        point does not enter the window: as an upper envelope's point, one huge failed micro-batch (a
+        hub's seed) would lift the floor of every micro-batch to the capacity. A single seed's failure
+        is kept as evidence (`has_failed`)."""
         act = self.activation_bytes(shape, recompute)
         if act <= 0:
             return
@@ -241,9 +243,6 @@ class MemoryModel:
             self.smallest_failed_seed_bytes[recompute] = min(known, act)
         needed = 1.1 * capacity_bytes - self.fixed_bytes
         self.scale = max(self.scale * 1.25, (needed - self.floor_bytes) / act)
-        self._samples.append((act, needed))
-        del self._samples[:-WINDOW]
-        self._refit_floor()
 
     def _refit_floor(self) -> None:
         self.floor_bytes = int(math.ceil(max([0.0] + [y - self.scale * x for x, y in self._samples])))
