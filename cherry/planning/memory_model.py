@@ -15,9 +15,10 @@ The estimate is ``fixed_bytes + floor_bytes + scale * activation_bytes(shape)``:
   activations at a time: ``sum(kept) + max(layer less what is kept)``.
 - calibration (`observe`): over a window of recent measurements ``(activation, measured - fixed)``,
   ``scale`` is a robust slope (Theil-Sen over pairs of clearly different sizes; the median ratio when
-  the sizes are alike), moved by at most ``MAX_STEP`` per measurement and kept in
+  the sizes are alike), raised where the larger half of the window needs more than the smaller
+  half's floor leaves, moved by at most ``MAX_STEP`` per measurement and kept in
   ``[MIN_SCALE, MAX_SCALE]``; ``floor_bytes`` then covers every measurement of the window (an upper
-  envelope: the planner errs on the side of fitting). So one micro-batch moves the scale by a
+  envelope: the planner errs on the side of fitting, and is tight on large and small micro-batches). So one micro-batch moves the scale by a
   bounded factor, and an outlier leaves the window after ``WINDOW`` measurements. An out-of-memory
   (`observe_oom`) is evidence and may raise the scale past those bounds.
 - ``largest_fitted_activation_bytes``: the largest analytic activation of a micro-batch that fitted in
@@ -224,9 +225,15 @@ class MemoryModel:
             self.largest_fitted_activation_bytes = max(self.largest_fitted_activation_bytes, act)
         self._samples.append((act, max(0.0, float(measured_peak_bytes - self.fixed_bytes))))
         del self._samples[:-WINDOW]
-        target = _robust_slope(self._samples)
         low, high = max(MIN_SCALE, self.scale / MAX_STEP), min(MAX_SCALE, self.scale * MAX_STEP)
-        self.scale = min(max(target, low), max(high, low))
+        high = max(high, low)
+        scale = min(max(_robust_slope(self._samples), low), high)
+        # tight at both ends: the smaller half of the window sets the floor, the larger half may
+        # then raise the scale (within the step's bound) so that the floor need not cover it
+        middle = sorted(x for x, _ in self._samples)[(len(self._samples) - 1) // 2]
+        floor = max([0.0] + [y - scale * x for x, y in self._samples if x <= middle])
+        cover = max([scale] + [(y - floor) / x for x, y in self._samples if x > middle])
+        self.scale = min(cover, high)
         self._refit_floor()
 
     def observe_oom(self, shape: BatchShape, capacity_bytes: int, recompute: bool = False) -> None:
