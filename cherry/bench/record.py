@@ -171,6 +171,12 @@ def identity(spec: RunSpec, budget_bytes: Optional[int]) -> dict[str, Any]:
     }
 
 
+def _count(values) -> Optional[int]:
+    """The sum of ``values`` (booleans count 1), or None when no step reported one."""
+    known = [int(v) for v in values if v is not None]
+    return sum(known) if known else None
+
+
 def _per_layer_mean(outcomes: Sequence[StepOutcome]) -> list:
     rows = [o.redundancy for o in outcomes if o.redundancy]
     if not rows:
@@ -203,6 +209,10 @@ def build_record(spec: RunSpec, m: RunMeasurements, prov: Optional[dict] = None)
         "build_s": _num(m.build_s), "wall_s": _num(m.wall_s),
         "num_microbatches_median": _num(statistics.median(ks)) if ks else None,
         "num_microbatches_max": ks[-1] if ks else None,
+        "num_microbatches_changes": sum(a.num_microbatches != b.num_microbatches
+                                        for a, b in zip(measured, measured[1:])) if measured else None,
+        "recompute_steps": _count(o.recompute for o in measured),
+        "oom_recoveries": _count(o.oom_recoveries for o in measured),
         "warmup_steps": warmup,
         "step_time_median_s": stats["median"], "step_time_p10_s": stats["p10"],
         "step_time_p90_s": stats["p90"], "step_time_mean_s": stats["mean"],

@@ -1,4 +1,4 @@
-"""`cherry bench ops|engine|systems`: side-by-side benchmarks that print ratios measured in one run.
+"""`cherry bench ops|engine|systems|planner|interop|budget`: side-by-side benchmarks that print ratios measured in one run.
 
 The command line of each benchmark is defined here; the measuring lives in
 `benchmarks.<name>.run(args)`, which imports no CLI code. Options that are run-spec keys
@@ -13,7 +13,7 @@ import importlib
 
 from cherry.cli.options import add_spec_arguments, positive_int, size_bytes
 
-BENCHMARKS = ("ops", "engine", "systems", "planner", "interop")
+BENCHMARKS = ("ops", "engine", "systems", "planner", "interop", "budget")
 _PLANNER_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-arxiv,synth-products"
 # Where a benchmark's setting differs from the run schema's default (the rest are the schema's).
 _OWN_DEFAULTS = {
@@ -21,6 +21,8 @@ _OWN_DEFAULTS = {
     "engine": {"dataset": "synth-arxiv", "hidden": 128, "steps": 4, "warmup": 1},
     "systems": {"dataset": "synth-arxiv", "aggr": "mean", "hidden": 128, "batch_size": 8192, "steps": 3, "warmup": 1},
     "planner": {"hidden": 128},
+    "interop": {"dataset": "synth-arxiv", "hidden": 128, "steps": 20},
+    "budget": {"batch_size": 64, "hidden": 32, "steps": 100},
 }
 
 
@@ -96,16 +98,28 @@ def _register_planner(sub: argparse._SubParsersAction) -> None:
 
 def _register_interop(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("interop", help="step time of a DGL SAGE through from_dgl vs Cherry's SAGE, same batches and K")
-    p.add_argument("--dataset", default="synth-arxiv")
-    p.add_argument("--root", default=None)
-    p.add_argument("--hidden", type=positive_int, default=128)
-    p.add_argument("--fanouts", type=fanout_list, default=(10, 25))
-    p.add_argument("--batch-size", type=positive_int, default=1024)
+    add_spec_arguments(p, ("dataset", "root", "hidden", "fanouts", "batch_size", "steps", "warmup", "seed"),
+                       _OWN_DEFAULTS["interop"])
     p.add_argument("--microbatches", type=positive_int, default=4, help="the fixed K of both")
-    p.add_argument("--steps", type=positive_int, default=20, help="timed steps of each model")
-    p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--round", type=positive_int, default=5, help="steps per round (a run, for the interval)")
     p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("interop"))
+
+
+def _register_budget(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("budget", help="memory-control stress test: aborted steps, overruns, K vs smallest K, errors")
+    p.add_argument("--graphs", default="geometric,barabasi-albert,chung-lu,synth-tiny",
+                   help="comma-separated degree laws and dataset names (rotated over the models)")
+    p.add_argument("--num-nodes", type=positive_int, default=3000, help="nodes of each generated degree law")
+    p.add_argument("--capacities", default="below-seed,seed,mid,whole",
+                   help="capacity points per configuration (below-seed, seed, mid, whole)")
+    add_spec_arguments(p, ("batch_size", "hidden", "steps", "root", "seed"), _OWN_DEFAULTS["budget"])
+    p.add_argument("--search-every", type=int, default=20, help="K/Kmin on every N-th step (0: never)")
+    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--recompute-steps", type=int, default=40,
+                   help="batches timed with and without recomputation, alternating (0: skip)")
+    p.add_argument("--max-configs", type=int, default=None, help="only the first N configurations (0: none)")
+    p.add_argument("--quick", action="store_true", help="2 configurations, 4 steps each (for tests)")
+    p.add_argument("--json", default=None, metavar="OUT")
+    p.set_defaults(func=_runner("budget"))

@@ -141,7 +141,8 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world, sa
                 peak = result.measured_peak_bytes
                 echo(f"epoch {epoch}: loss={result.loss:.4f} train_acc={result.train_acc:.4f} "
                      f"valid_acc={result.valid_acc:.4f} K={result.max_microbatches} "
-                     f"peak={format_size(peak) if peak else 'n/a'} est={format_size(result.estimated_peak_bytes)}")
+                     f"peak={format_size(peak) if peak else 'n/a'} est={format_size(result.estimated_peak_bytes)} "
+                     f"K_changes={result.k_changes} recompute={result.recompute_steps}/{result.num_steps}")
         except torch.OutOfMemoryError as exc:
             summary.update(status="oom", reason=str(exc).splitlines()[0])
         except BaseException as exc:  # the epochs done are kept: the caller writes them, then reports exc

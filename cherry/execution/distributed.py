@@ -187,6 +187,7 @@ class DistributedTrainer(Trainer):
             staged_features=bool(stats.staged_features) if stats is not None else False,
             estimated_peak_bytes=max(per_rank[3]), measured_peak_bytes=max(known) if known else None,
             redundancy=stats.redundancy if stats is not None else (),
+            recompute=bool(stats.recompute) if stats is not None else False,  # this rank's
         )
 
     def evaluate(self) -> dict[str, float]:

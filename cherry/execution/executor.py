@@ -23,6 +23,11 @@ Exactly-once gradients: a micro-batch's gradients are added to the accumulators 
 backward has completed, so an out-of-memory anywhere inside it leaves the accumulators as they were.
 Recovery then re-plans the seeds not yet done with a recalibrated (larger) estimate, hence a larger K,
 and continues the same step: no seed lost, none counted twice.
+
+Recomputation: a plan with ``recompute`` runs each layer under activation checkpointing
+(`torch.utils.checkpoint`), so forward keeps only the layers' inputs and backward recomputes one layer
+at a time. It is exact: dropout masks are a function of node, layer and step, not of an RNG stream.
+The planner picks it only when one seed per micro-batch does not fit (``options.recompute="auto"``).
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ from cherry.models.dropout import set_dropout_step, step_seed
 from cherry.models.sage import reads_degree_layouts
 from cherry.probe import DeviceMemoryLike, NullProbe, Probe
 from cherry.planning import BatchShape, BudgetTooSmallError, MemoryModel, MicrobatchPlan, plan_microbatches
+from cherry.planning.plan import resident_index_bytes
 from cherry.sampling import Blocks
 
 
@@ -62,6 +68,7 @@ class ExecutorOptions:
     recover_oom: bool
     max_oom_recoveries: int = 8
     dropout_seed: int = 0  # with the step count, seeds every step's dropout masks (cherry.models.dropout)
+    recompute: str = "auto"  # per-layer recomputation: "auto" (when K alone cannot fit), "on", "off"
 
     def __post_init__(self) -> None:
         if self.num_microbatches is None and self.budget_bytes is None:
@@ -70,6 +77,8 @@ class ExecutorOptions:
             raise ValueError(f"num_microbatches must be >= 1, got {self.num_microbatches}")
         if self.budget_bytes is not None and self.budget_bytes <= 0:
             raise ValueError(f"budget_bytes must be positive, got {self.budget_bytes}")
+        if self.recompute not in ("auto", "on", "off"):
+            raise ValueError(f"recompute must be 'auto', 'on' or 'off', got {self.recompute!r}")
 
     @staticmethod
     def for_k(num_microbatches: Optional[int], budget_bytes: Optional[int] = None, **changes) -> "ExecutorOptions":
@@ -80,7 +89,8 @@ class ExecutorOptions:
         o = system_entry("cherry").option_defaults
         base = ExecutorOptions(num_microbatches=num_microbatches, budget_bytes=budget_bytes,
                                stage_features=o["stage_features"], pipeline=o["pipeline"], balance=o["balance"],
-                               safety=o["safety"], recover_oom=num_microbatches is None)
+                               safety=o["safety"], recover_oom=num_microbatches is None,
+                               recompute=o.get("recompute", "auto"))
         return dataclasses.replace(base, **changes)
 
     @staticmethod
@@ -99,6 +109,7 @@ class ExecutorOptions:
             num_microbatches=fixed_k, budget_bytes=budget_bytes,
             stage_features=o["stage_features"], pipeline=o["pipeline"], balance=o["balance"], safety=o["safety"],
             recover_oom=spec.num_microbatches is None, dropout_seed=spec.seed,
+            recompute=o.get("recompute", "auto"),
         )
 
 
@@ -115,6 +126,7 @@ class StepStats:
     estimated_peak_bytes: int
     measured_peak_bytes: Optional[int]
     redundancy: tuple[float, ...]
+    recompute: bool = False  # micro-batches ran with per-layer activation recomputation
 
 
 @dataclass(frozen=True)
@@ -173,6 +185,8 @@ class MicrobatchExecutor:
         self._pinned = PinnedRows(slots=2)  # per-micro-batch rows (prepared one ahead)
         self._pinned_stage = PinnedRows(slots=1)  # the whole batch's rows, once per step
         self._num_steps = 0  # accumulations so far: with options.dropout_seed, the step's dropout seed
+        self._last_k: Optional[int] = None  # the last step's K: where the next automatic K search starts
+        self._can_recompute = hasattr(model, "forward_layer") and hasattr(getattr(model, "spec", None), "num_layers")
 
     # -- planning -------------------------------------------------------------------------------
     def _stage_decision(self, blocks: Blocks, feature_dim: int, itemsize: int) -> bool:
@@ -190,11 +204,13 @@ class MicrobatchExecutor:
         return budget is None or self._base_fixed_bytes + staged <= budget // 2
 
     def plan(self, blocks: Blocks, positions: Optional[torch.Tensor] = None,
-             num_microbatches: Optional[int] = None, memory_model: Optional[MemoryModel] = None) -> MicrobatchPlan:
+             num_microbatches: Optional[int] = None, memory_model: Optional[MemoryModel] = None,
+             recompute: Optional[str] = None) -> MicrobatchPlan:
         """The plan of ``blocks`` (of the seeds at ``positions``). A fixed K larger than the seeds to
         plan (an epoch's smaller last batch) is cut to one seed per micro-batch. An out-of-memory while
         planning (the slicing itself does not fit) is a `BudgetTooSmallError`: no K can help. For a
-        model that reads degree layouts (an LSTM aggregator) every micro-batch carries its layout."""
+        model that reads degree layouts (an LSTM aggregator) every micro-batch carries its layout.
+        ``recompute`` overrides ``options.recompute`` (a recovery's escalation)."""
         if num_microbatches is not None:
             num_microbatches = min(num_microbatches, blocks.num_seeds if positions is None else positions.numel())
         try:
@@ -202,6 +218,8 @@ class MicrobatchExecutor:
                 blocks, memory_model or self.memory_model, budget_bytes=self.options.budget_bytes,
                 num_microbatches=num_microbatches, seed_rank=self.seed_rank,
                 balance=self.options.balance, safety=self.options.safety, positions=positions,
+                recompute=(recompute or self.options.recompute) if self._can_recompute else "off",
+                start_k=self._last_k if positions is None else None,
             )
         except torch.OutOfMemoryError as exc:
             first = (str(exc).strip().splitlines() or ["out of memory"])[0]
@@ -218,8 +236,7 @@ class MicrobatchExecutor:
         """Stage decision and plan of ``blocks``; safe to call on another thread during a step."""
         stage = self._stage_decision(blocks, features.shape[1], features.element_size())
         staged_bytes = blocks.layers[0].num_src * features.shape[1] * features.element_size() if stage else 0
-        snapshot = dataclasses.replace(self.memory_model, fixed_bytes=self._base_fixed_bytes + staged_bytes,
-                                       error_history=[], _ratios=[])
+        snapshot = self.memory_model.snapshot(fixed_bytes=self._base_fixed_bytes + staged_bytes)
         return PlannedBatch(blocks, self.plan(blocks, num_microbatches=self.options.num_microbatches,
                                               memory_model=snapshot), stage)
 
@@ -296,7 +313,9 @@ class MicrobatchExecutor:
                 plan = self.plan(blocks, num_microbatches=self.options.num_microbatches)
         groups, parts = list(plan.seed_groups), list(plan.microbatches)
         device_parts = self._to_device(parts)
+        resident = resident_index_bytes(parts)  # in every estimate, not in what calibrates the model
         estimates, redundancy = list(plan.estimated_bytes), plan.redundancy
+        recompute = plan.recompute
         del plan, planned  # the lists own the parts: a re-plan after an out-of-memory can free them
         # Loss and correct counts stay on the device and are read once, after the last micro-batch.
         total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -327,7 +346,7 @@ class MicrobatchExecutor:
                     future = self._pool.submit(self._prepare, parts[k + 1], device_parts[k + 1], groups[k + 1],
                                                staged, features, labels_of_seeds)
                 with self.probe.phase("forward_backward"):
-                    logits = self.model(prepared.blocks, prepared.x)
+                    logits = self._forward(prepared, recompute)
                     loss = F.cross_entropy(logits, prepared.y, reduction="sum") / num_seeds
                     grads = torch.autograd.grad(loss, self.params, allow_unused=True)
             except torch.OutOfMemoryError as exc:
@@ -344,27 +363,10 @@ class MicrobatchExecutor:
                 # activations) reachable from these locals: drop them before re-planning
                 prepared = logits = loss = grads = None
                 self._free()
-                if (not self.options.recover_oom or self.options.budget_bytes is None
-                        or recoveries >= self.options.max_oom_recoveries or groups[k].numel() == 1):
-                    raise MicrobatchOutOfMemoryError(
-                        f"micro-batch {k + 1}/{len(parts)} ({groups[k].numel()} seeds, estimated "
-                        f"{estimates[k]} B) ran out of device memory: {oom_message}"
-                    )
+                recompute = self._replan_after_oom(blocks, groups, parts, device_parts, estimates, k, shape,
+                                                   recompute, recoveries, oom_message)
+                resident = resident_index_bytes(parts)
                 recoveries += 1
-                capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
-                self.memory_model.observe_oom(shape, capacity)
-                remaining = torch.cat(groups[k:])
-                failed_k = len(parts) - k  # micro-batches the failed plan had left
-                del parts[k:], device_parts[k:]  # free the failed plan's blocks before slicing anew
-                self._free()
-                with self.probe.phase("plan"):
-                    replan = self.plan(blocks, positions=remaining)
-                    if replan.num_microbatches <= failed_k:  # recalibration must make it finer
-                        replan = self.plan(blocks, positions=remaining,
-                                           num_microbatches=min(remaining.numel(), 2 * failed_k))
-                groups[k:], parts[k:] = list(replan.seed_groups), list(replan.microbatches)
-                device_parts[k:] = self._to_device(parts[k:])
-                estimates[k:] = list(replan.estimated_bytes)
                 continue
             with torch.no_grad():
                 pairs = [(acc, g) for acc, g in zip(self._accumulators, grads) if g is not None]
@@ -376,15 +378,64 @@ class MicrobatchExecutor:
             if self.memory is not None:  # the window's one reading (host-side allocator statistics)
                 peak = int(self.memory.peak_bytes())
                 measured_peak = peak if measured_peak is None else max(measured_peak, peak)
-                self.memory_model.observe(shape, peak)
+                self.memory_model.observe(shape, max(peak - resident, 0), recompute=recompute)
             k += 1
+        if self.options.num_microbatches is None:
+            self._last_k = len(parts)
         loss_value, correct_value = torch.stack([total_loss, num_correct.to(torch.float64)]).tolist()  # the one read
         return StepStats(
             loss=loss_value, num_correct=int(correct_value), num_seeds=num_seeds,
             num_microbatches=len(parts), num_oom_recoveries=recoveries, staged_features=stage,
             estimated_peak_bytes=max(estimates), measured_peak_bytes=measured_peak,
-            redundancy=redundancy,
+            redundancy=redundancy, recompute=recompute,
         )
+
+    def _replan_after_oom(self, blocks: Blocks, groups: list, parts: list, device_parts: list, estimates: list,
+                          k: int, shape: BatchShape, recompute: bool, recoveries: int, oom_message: str) -> bool:
+        """Recovery from an out-of-memory of micro-batch ``k``: recalibrate, then re-plan the seeds not
+        yet done (``groups[k:]`` and the other lists, replaced in place) finer than before; a single seed
+        that failed without recomputation is re-planned with it (when allowed). Returns whether the new
+        plan recomputes. Raises `MicrobatchOutOfMemoryError` when nothing finer is left or allowed."""
+        escalate = (groups[k].numel() == 1 and not recompute and self._can_recompute
+                    and self.options.recompute != "off")
+        capacity = getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes
+        if capacity is not None:  # evidence, also when nothing is left to try: the next plan refuses on it
+            self.memory_model.observe_oom(shape, capacity - resident_index_bytes(parts), recompute=recompute)
+        if (not self.options.recover_oom or self.options.budget_bytes is None
+                or recoveries >= self.options.max_oom_recoveries or (groups[k].numel() == 1 and not escalate)):
+            raise MicrobatchOutOfMemoryError(
+                f"micro-batch {k + 1}/{len(parts)} ({groups[k].numel()} seeds, estimated "
+                f"{estimates[k]} B{', with recomputation' if recompute else ''}) ran out of device memory: "
+                f"{oom_message}"
+            )
+        remaining = torch.cat(groups[k:])
+        failed_k = len(parts) - k  # micro-batches the failed plan had left
+        del parts[k:], device_parts[k:]  # free the failed plan's blocks before slicing anew
+        self._free()
+        with self.probe.phase("plan"):
+            if escalate:  # one seed did not fit as it is: the same seeds, recomputing
+                replan = self.plan(blocks, positions=remaining, recompute="on")
+            else:
+                mode = "on" if recompute else None
+                replan = self.plan(blocks, positions=remaining, recompute=mode)
+                if replan.num_microbatches <= failed_k:  # recalibration must make it finer
+                    replan = self.plan(blocks, positions=remaining, recompute=mode,
+                                       num_microbatches=min(remaining.numel(), 2 * failed_k))
+        groups[k:], parts[k:] = list(replan.seed_groups), list(replan.microbatches)
+        device_parts[k:] = self._to_device(parts[k:])
+        estimates[k:] = list(replan.estimated_bytes)
+        return replan.recompute
+
+    def _forward(self, prepared: _Prepared, recompute: bool) -> torch.Tensor:
+        """The model on one micro-batch; with ``recompute``, each layer under activation checkpointing."""
+        if not recompute:
+            return self.model(prepared.blocks, prepared.x)
+        from torch.utils.checkpoint import checkpoint
+
+        h = prepared.x
+        for index, block in enumerate(prepared.blocks.layers):
+            h = checkpoint(self.model.forward_layer, index, block, h, use_reentrant=False)
+        return h
 
     def _to_device(self, parts: list[Blocks]) -> list[Blocks]:
         """All micro-batches' index buffers to the device in one pinned copy (on the side stream,

@@ -1,4 +1,11 @@
-"""Evaluation under the training budget: layer-wise inference with chunk sizes from the memory model."""
+"""Evaluation under the training budget: layer-wise inference with chunk sizes from the memory model.
+
+One budget covers the whole run: the first chunk size of each layer is the largest power of two
+whose one-layer chunk the (calibrated) training memory model says fits the budget (training prices
+what backward keeps, so it over-covers a no-grad forward); an out-of-memory inside the capacity then
+halves the chunk and continues (`cherry.models.inference`), so a run that trained under
+``--device-memory`` also evaluates under it.
+"""
 from __future__ import annotations
 
 from typing import Optional
@@ -17,7 +24,7 @@ def chunk_size_for(dataset: Dataset, memory_model: MemoryModel, layer: int, budg
         return DEFAULT_CHUNK
     avg_deg = dataset.graph.num_edges / max(dataset.graph.num_nodes, 1)
     model = MemoryModel(costs=(memory_model.costs[layer],), fixed_bytes=memory_model.fixed_bytes,
-                        scale=memory_model.scale)
+                        scale=memory_model.scale, floor_bytes=memory_model.floor_bytes)
     size = DEFAULT_CHUNK
     while size > 1:
         edges = int(size * avg_deg * 4)  # room for hubs above the average degree

@@ -58,6 +58,8 @@ class EpochResult:
     oom_recoveries: int
     estimated_peak_bytes: int
     measured_peak_bytes: Optional[int]
+    k_changes: int = 0  # steps whose K differs from the step before (a steady K changes rarely)
+    recompute_steps: int = 0  # steps run with per-layer activation recomputation
 
 
 class Trainer:
@@ -204,6 +206,8 @@ class Trainer:
             oom_recoveries=sum(s.num_oom_recoveries for s in steps),
             estimated_peak_bytes=max((s.estimated_peak_bytes for s in steps), default=0),
             measured_peak_bytes=max(measured) if measured else None,
+            k_changes=sum(a.num_microbatches != b.num_microbatches for a, b in zip(steps, steps[1:])),
+            recompute_steps=sum(bool(s.recompute) for s in steps),
         )
 
     def fit(self, on_step: Optional[Callable[[StepStats], None]] = None, save_dir=None,

@@ -3,10 +3,15 @@
 Sampled evaluation depends on the evaluation batch size; full-neighbour inference does not. Layer
 ``l`` is computed for *all* nodes from layer ``l - 1``'s outputs of all nodes, one chunk of
 destination nodes at a time, each chunk a one-layer block with every in-neighbour. Results do not
-depend on the chunk sizes, which callers choose to fit their memory budget.
+depend on the chunk sizes, which callers choose to fit their memory budget. A chunk that runs out of
+device memory (`torch.OutOfMemoryError`, real or emulated) is retried at half the size, and the rest
+of the layer keeps the smaller size: evaluation finishes under the capacity that training ran in,
+unless one destination alone does not fit. Each layer's outputs are written into one preallocated
+host tensor (no concatenation, which would hold every row twice).
 """
 from __future__ import annotations
 
+import gc
 from typing import Callable, Optional
 
 import torch
@@ -38,13 +43,39 @@ def layerwise_inference(model: torch.nn.Module, graph: Graph, features: torch.Te
         h = features
         for layer in range(model.spec.num_layers):
             size = max(1, chunk_size(layer)) if chunk_size is not None else DEFAULT_CHUNK
-            outs = []
-            for start in range(0, n, size):
-                seeds = torch.arange(start, min(start + size, n), dtype=torch.int64)
-                block = sampler.sample(seeds, torch.Generator()).layers[0]
-                x = h.index_select(0, block.src_nodes).to(device)
-                outs.append(model.forward_layer(layer, block.to(device), x).cpu())
-            h = torch.cat(outs)
+            h = _infer_layer(model, layer, sampler, h, n, size, device)
         return h
     finally:
         model.train(was_training)
+
+
+def _infer_layer(model: torch.nn.Module, layer: int, sampler: NeighborSampler, h: torch.Tensor, n: int,
+                 size: int, device) -> torch.Tensor:
+    """Layer ``layer`` of every node from ``h``, ``size`` destinations per chunk, halving the size at
+    each out-of-memory (re-raised when a single destination does not fit)."""
+    out = None
+    start = 0
+    while start < n:
+        end = min(start + size, n)
+        rows = None
+        try:
+            seeds = torch.arange(start, end, dtype=torch.int64)
+            block = sampler.sample(seeds, torch.Generator()).layers[0]
+            x = h.index_select(0, block.src_nodes).to(device)
+            rows = model.forward_layer(layer, block.to(device), x).cpu()
+        except torch.OutOfMemoryError:
+            if size == 1:
+                raise
+        if rows is None:  # handled outside the except block: its traceback pins the chunk's tensors
+            block = x = None
+            gc.collect()
+            if torch.cuda.is_available() and torch.device(device).type == "cuda":
+                torch.cuda.empty_cache()
+            size = max(1, size // 2)
+            continue
+        if out is None:
+            out = torch.empty((n, rows.shape[1]), dtype=rows.dtype)
+        out[start:end] = rows
+        start = end
+        del rows, block, x
+    return out if out is not None else h.new_empty((0, 0))

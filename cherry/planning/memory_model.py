@@ -1,24 +1,40 @@
 """Estimate the peak device bytes of training one micro-batch, and calibrate it on the run.
 
-The estimate is ``fixed_bytes + scale * activation_bytes(shape)``:
+The estimate is ``fixed_bytes + floor_bytes + scale * activation_bytes(shape)``:
 - ``fixed_bytes``: what lives for the whole step and does not depend on the micro-batch:
   parameters, their gradients and accumulators, optimizer state, and (if staged) the input features
   of the whole mini-batch. The caller states it (it knows the optimizer and the staging decision).
+- ``floor_bytes``: what every micro-batch costs whatever its size (allocator granularity, index
+  buffers, small per-op workspaces): it dominates a tiny micro-batch, so it is modelled apart from the
+  per-count terms, or one small micro-batch would inflate the per-count scale (issue 22).
 - ``activation_bytes``: a linear function of the per-layer source/destination/edge counts, whose
   coefficients come from the model's layer widths and aggregator (what forward keeps for backward,
   plus the transient of the backward of the widest layer). It is exact in its *shape* (which counts
-  matter) and approximate in its constants.
-- ``scale``: calibrated from measured peaks. It starts at 1 and, after each measurement, becomes a
-  conservative (high) quantile of the recent measured/analytic ratios, so the planner errs on the
-  side of fitting. `error_history` keeps ``(estimated, measured)`` pairs so the estimator reports its
-  own error.
+  matter) and approximate in its constants. With ``recompute`` (per-layer activation checkpointing)
+  forward keeps only each layer's input (``per_src_kept``), and backward holds one layer's
+  activations at a time: ``sum(kept) + max(layer less what is kept)``.
+- calibration (`observe`): over a window of recent measurements ``(activation, measured - fixed)``,
+  ``scale`` is a robust slope (Theil-Sen over pairs of clearly different sizes; the median ratio when
+  the sizes are alike), raised where the larger half of the window needs more than the smaller
+  half's floor leaves, moved by at most ``MAX_STEP`` per measurement and kept in
+  ``[MIN_SCALE, MAX_SCALE]``; ``floor_bytes`` then covers every measurement of the window (an upper
+  envelope: the planner errs on the side of fitting, and is tight on large and small micro-batches). So one micro-batch moves the scale by a
+  bounded factor, and an outlier leaves the window after ``WINDOW`` measurements. An out-of-memory
+  (`observe_oom`) is evidence and may raise the scale past those bounds.
+- ``largest_fitted_activation_bytes``: the largest analytic activation of a micro-batch that fitted in
+  this run: the planner never refuses a micro-batch no larger than one that fitted;
+  ``smallest_failed_seed_bytes``: the smallest single-seed micro-batch that ran out of memory (with and
+  without recomputation): the evidence on which the planner refuses.
+`error_history` keeps ``(estimated, measured)`` pairs so the estimator reports its own error.
 
 Invariant: ``estimate_bytes`` is monotone in every count, so splitting a batch never raises the
 estimate of a part above the whole's.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import statistics
 from dataclasses import dataclass, field
 
 import torch
@@ -28,7 +44,10 @@ from cherry.planning.shapes import BatchShape
 
 FLOAT_BYTES = 4
 INDEX_BYTES = 8
-_WINDOW = 16  # recent measurements used for the calibrated scale
+WINDOW = 24  # recent measurements the calibration fits
+MAX_STEP = 2.0  # one measurement moves the scale by at most this factor
+MIN_SCALE, MAX_SCALE = 0.2, 10.0  # calibration alone keeps the analytic model within these factors
+_SPREAD = 1.25  # two measurements define a slope only when their activations differ by this factor
 
 
 @dataclass(frozen=True)
@@ -38,6 +57,7 @@ class LayerCost:
     per_src: float
     per_dst: float
     per_edge: float
+    per_src_kept: float = 0.0  # floats per source that recomputation keeps: the layer's input row
 
 
 def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: bool = False,
@@ -78,7 +98,7 @@ def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: boo
             per_src += float(agg) if agg < d.in_dim else 0.0
             per_dst = float(agg) + out_path
             per_edge += gather
-        costs.append(LayerCost(per_src, per_dst, per_edge))
+        costs.append(LayerCost(per_src, per_dst, per_edge, float(d.in_dim)))
     return tuple(costs)
 
 
@@ -111,13 +131,22 @@ def lstm_costs(lstm_impl: str, width: int) -> tuple[float, float, float]:
 
 @dataclass
 class MemoryModel:
-    """Calibrated peak-bytes estimator for one model (mutable: it learns during the run)."""
+    """Calibrated peak-bytes estimator for one model (mutable: it learns during the run).
+
+    Public methods (stable for other estimators that hook in): `for_model`, `activation_bytes`,
+    `estimate_bytes`, `estimate_bytes_many`, `observe`, `observe_oom`, `relative_errors`,
+    `with_recompute`, `snapshot`, `has_fitted`, `has_failed`.
+    """
 
     costs: tuple[LayerCost, ...]
     fixed_bytes: int = 0
     scale: float = 1.0
+    floor_bytes: int = 0
+    recompute: bool = False
+    largest_fitted_activation_bytes: float = 0.0
+    smallest_failed_seed_bytes: dict = field(default_factory=dict)  # recompute? -> activation of a seed that ran out
     error_history: list[tuple[int, int]] = field(default_factory=list)
-    _ratios: list[float] = field(default_factory=list)
+    _samples: list[tuple[float, float]] = field(default_factory=list)  # (activation, measured - fixed)
 
     @staticmethod
     def for_model(spec, fixed_bytes: int = 0, fused_aggregation: bool = True,
@@ -127,15 +156,33 @@ class MemoryModel:
         costs = layer_costs(spec.layer_dims(), fused_aggregation, prefetch_inputs, device_type)
         return MemoryModel(costs=costs, fixed_bytes=int(fixed_bytes))
 
-    def activation_bytes(self, shape: BatchShape) -> float:
+    def with_recompute(self, recompute: bool = True) -> "MemoryModel":
+        """This model (same calibration, shared history) pricing per-layer recomputation or not."""
+        return dataclasses.replace(self, recompute=recompute)
+
+    def snapshot(self, fixed_bytes: int | None = None) -> "MemoryModel":
+        """A frozen-in-time copy (for planning on another thread), with ``fixed_bytes`` if given."""
+        return dataclasses.replace(self, fixed_bytes=self.fixed_bytes if fixed_bytes is None else int(fixed_bytes),
+                                   error_history=[], _samples=list(self._samples),
+                                   smallest_failed_seed_bytes=dict(self.smallest_failed_seed_bytes))
+
+    def _layer_floats(self, shape: BatchShape) -> list[float]:
         if len(shape.layers) != len(self.costs):
             raise ValueError(f"batch has {len(shape.layers)} layers, the model has {len(self.costs)}")
-        floats = sum(c.per_src * s.num_src + c.per_dst * s.num_dst + c.per_edge * s.num_edges
-                     for c, s in zip(self.costs, shape.layers))
-        return floats * FLOAT_BYTES
+        return [c.per_src * s.num_src + c.per_dst * s.num_dst + c.per_edge * s.num_edges
+                for c, s in zip(self.costs, shape.layers)]
 
-    def estimate_bytes(self, shape: BatchShape) -> int:
-        return int(math.ceil(self.fixed_bytes + self.scale * self.activation_bytes(shape)))
+    def activation_bytes(self, shape: BatchShape, recompute: bool | None = None) -> float:
+        """Analytic activation bytes of ``shape``, with recomputation if ``recompute`` (None: the
+        model's own setting)."""
+        layers = self._layer_floats(shape)
+        if not (self.recompute if recompute is None else recompute):
+            return sum(layers) * FLOAT_BYTES
+        kept = [c.per_src_kept * s.num_src for c, s in zip(self.costs, shape.layers)]
+        return (sum(kept) + max(_internal(layers, kept))) * FLOAT_BYTES
+
+    def estimate_bytes(self, shape: BatchShape, recompute: bool | None = None) -> int:
+        return int(math.ceil(self.fixed_bytes + self.floor_bytes + self.scale * self.activation_bytes(shape, recompute)))
 
     def estimate_bytes_many(self, shapes: torch.Tensor) -> torch.Tensor:
         """`estimate_bytes` of every shape of ``shapes`` (``[..., L, 3]`` counts ``(num_src, num_dst,
@@ -145,30 +192,89 @@ class MemoryModel:
             raise ValueError(f"shapes must be [..., {len(self.costs)}, 3] (one row per layer), got {tuple(shapes.shape)}")
         counts = shapes.detach().to("cpu", torch.float64)
         floats = 0
+        per_layer, kept = [], 0
         for l, c in enumerate(self.costs):  # left to right, as activation_bytes sums its generator
             s = counts[..., l, :]
-            floats = floats + (c.per_src * s[..., 0] + c.per_dst * s[..., 1] + c.per_edge * s[..., 2])
-        return torch.ceil(self.fixed_bytes + self.scale * (floats * FLOAT_BYTES)).to(torch.int64)
+            layer = c.per_src * s[..., 0] + c.per_dst * s[..., 1] + c.per_edge * s[..., 2]
+            floats = floats + layer
+            per_layer.append(layer)
+            kept = kept + c.per_src_kept * s[..., 0]
+        if self.recompute:
+            kept_rows = [c.per_src_kept * counts[..., l, 0] for l, c in enumerate(self.costs)]
+            floats = kept + torch.stack(_internal(per_layer, kept_rows)).amax(0)
+        return torch.ceil(self.fixed_bytes + self.floor_bytes + self.scale * (floats * FLOAT_BYTES)).to(torch.int64)
 
-    def observe(self, shape: BatchShape, measured_peak_bytes: int) -> None:
-        """Record a measured peak for ``shape`` and recalibrate the scale."""
-        self.error_history.append((self.estimate_bytes(shape), int(measured_peak_bytes)))
-        act = self.activation_bytes(shape)
+    def has_fitted(self, shape: BatchShape) -> bool:
+        """Whether a micro-batch at least as large as ``shape`` (by analytic activation) fitted."""
+        return 0 < self.activation_bytes(shape, False) <= self.largest_fitted_activation_bytes
+
+    def has_failed(self, shape: BatchShape) -> bool:
+        """Whether a single-seed micro-batch no larger than ``shape`` (same recomputation setting as
+        this model) ran out of memory in this run: evidence that ``shape`` cannot fit."""
+        failed = self.smallest_failed_seed_bytes.get(self.recompute)
+        return failed is not None and self.activation_bytes(shape) >= failed
+
+    def observe(self, shape: BatchShape, measured_peak_bytes: int, recompute: bool = False) -> None:
+        """Record a measured peak for ``shape`` (run with recomputation if ``recompute``) and
+        recalibrate (see module docstring): both ways of running share one scale and floor."""
+        self.error_history.append((self.estimate_bytes(shape, recompute), int(measured_peak_bytes)))
+        act = self.activation_bytes(shape, recompute)
         if act <= 0:
             return
-        self._ratios.append(max(0.0, (measured_peak_bytes - self.fixed_bytes) / act))
-        recent = sorted(self._ratios[-_WINDOW:])
-        # a high quantile of recent ratios: conservative, yet one outlier does not stick forever
-        self.scale = max(recent[min(len(recent) - 1, int(0.9 * len(recent)))], 1e-3)
+        if not recompute:
+            self.largest_fitted_activation_bytes = max(self.largest_fitted_activation_bytes, act)
+        self._samples.append((act, max(0.0, float(measured_peak_bytes - self.fixed_bytes))))
+        del self._samples[:-WINDOW]
+        low, high = max(MIN_SCALE, self.scale / MAX_STEP), min(MAX_SCALE, self.scale * MAX_STEP)
+        high = max(high, low)
+        scale = min(max(_robust_slope(self._samples), low), high)
+        # tight at both ends: the smaller half of the window sets the floor, the larger half may
+        # then raise the scale (within the step's bound) so that the floor need not cover it
+        middle = sorted(x for x, _ in self._samples)[(len(self._samples) - 1) // 2]
+        floor = max([0.0] + [y - scale * x for x, y in self._samples if x <= middle])
+        cover = max([scale] + [(y - floor) / x for x, y in self._samples if x > middle])
+        self.scale = min(cover, high)
+        self._refit_floor()
 
-    def observe_oom(self, shape: BatchShape, capacity_bytes: int) -> None:
-        """An out-of-memory at ``shape`` proves its true peak exceeds ``capacity_bytes``."""
-        act = self.activation_bytes(shape)
-        if act > 0:
-            needed = (capacity_bytes - self.fixed_bytes) / act
-            self.scale = max(self.scale * 1.25, needed * 1.1)
-            self._ratios.append(self.scale)
+    def observe_oom(self, shape: BatchShape, capacity_bytes: int, recompute: bool = False) -> None:
+        """An out-of-memory at ``shape`` proves its true peak exceeds ``capacity_bytes``: the estimate
+        of ``shape`` becomes at least 10% above it, by the scale (evidence may pass the bounds). The
+        point does not enter the window: as an upper envelope's point, one huge failed micro-batch (a
+        hub's seed) would lift the floor of every micro-batch to the capacity. A single seed's failure
+        is kept as evidence (`has_failed`)."""
+        act = self.activation_bytes(shape, recompute)
+        if act <= 0:
+            return
+        if shape.num_seeds == 1:
+            known = self.smallest_failed_seed_bytes.get(recompute, math.inf)
+            self.smallest_failed_seed_bytes[recompute] = min(known, act)
+        needed = 1.1 * capacity_bytes - self.fixed_bytes
+        self.scale = max(self.scale * 1.25, (needed - self.floor_bytes) / act)
+
+    def _refit_floor(self) -> None:
+        self.floor_bytes = int(math.ceil(max([0.0] + [y - self.scale * x for x, y in self._samples])))
 
     def relative_errors(self) -> list[float]:
         """|estimated - measured| / measured of every observation, in order."""
         return [abs(e - m) / m for e, m in self.error_history if m > 0]
+
+
+def _internal(layers: list, kept: list) -> list:
+    """Per layer, what its backward holds under recomputation besides the kept inputs: its own floats
+    (recomputed; the input layer's less its input rows, which are kept) and, above the input layer,
+    the gradient of its input (as large as that kept input). Floats or float64 tensors alike."""
+    out = []
+    for l, total in enumerate(layers):
+        rest = total - kept[0] if l == 0 else total + kept[l]
+        out.append(rest.clamp(min=0.0) if isinstance(rest, torch.Tensor) else max(rest, 0.0))
+    return out
+
+
+def _robust_slope(samples: list[tuple[float, float]]) -> float:
+    """Theil-Sen slope of ``(x, y)`` over pairs whose x differ by ``_SPREAD`` or more; without such a
+    pair, the median of ``y / x`` (sizes alike: slope and floor cannot be told apart)."""
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(samples) for x2, y2 in samples[i + 1:]
+              if max(x1, x2) >= _SPREAD * min(x1, x2)]
+    if not slopes:
+        slopes = [y / x for x, y in samples]
+    return statistics.median(slopes)

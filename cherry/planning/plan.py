@@ -4,10 +4,18 @@ The plan never samples: every micro-batch is `slice_blocks` of the mini-batch's 
 K micro-batches together compute exactly the mini-batch (each seed once, with all its sampled
 in-edges at every layer).
 
-Choosing K (``num_microbatches=None``): start from the whole batch's estimate over the budget, split,
-slice, estimate each part; while the largest part's estimate exceeds ``budget * (1 - safety)``, grow
-K in proportion to the overshoot. A budget that one seed alone cannot meet raises
-`BudgetTooSmallError` before any compute.
+Choosing K (``num_microbatches=None``): start from ``start_k`` (the previous step's K, so that K stays
+steady over equal batches) or 1, split, slice, estimate each part; while the largest part's estimate
+exceeds ``budget * (1 - safety)``, grow K in proportion to the overshoot; a start that fits with room
+to spare is lowered, by at most half per step. When even one seed per micro-batch is estimated above
+that limit, the plan still runs it if the estimate is within the budget itself (the margin is a
+safety, not a limit), if a micro-batch at least as large fitted in this run, or, short of evidence
+that such a seed ran out of memory, if the estimate is within `TRY_FACTOR` times the budget:
+calibration alone never refuses a step, evidence does (the executor's out-of-memory path re-plans,
+with recomputation, and records the evidence). Otherwise, with ``recompute="auto"``, the smallest
+K with per-layer recomputation (`MemoryModel.with_recompute`) is chosen; ``"on"`` plans with it from
+the start, ``"off"`` never. What is left raises `BudgetTooSmallError`, naming the estimate, the
+budget, the safety margin and the smallest budgets that would fit with and without recomputation.
 
 Refinement (``refine=True``, K > 1): the contiguous split in locality order is one candidate;
 `candidate_labels` gives the others (on a batch with locality the contiguous split refined on the top
@@ -92,8 +100,23 @@ def _groups_of(row: torch.Tensor, order: torch.Tensor, k: int, sizes: list[int])
     return torch.split(order.index_select(0, stable_argsort(row, k)), sizes)
 
 
+def resident_index_bytes(parts) -> int:
+    """Bytes of the index buffers of every micro-batch of a plan (per layer: int64 source ids, CSC
+    indptr and indices; the input positions), which the executor keeps on the device for the whole
+    step. The planner adds them to every estimate; measurements have them subtracted before they
+    calibrate the per-micro-batch model (`cherry.execution.executor`)."""
+    total = 0
+    for p in parts:
+        total += sum(b.num_src + b.num_dst + 1 + b.num_edges for b in p.layers) + p.layers[0].num_src
+    return 8 * total
+
+
 class BudgetTooSmallError(ValueError):
     """The memory budget cannot hold the micro-batch of a single seed."""
+
+
+RECOMPUTE_MODES = ("auto", "on", "off")
+_ROOM = 0.8  # a start K whose largest estimate is below this share of the limit is lowered
 
 
 @dataclass(frozen=True)
@@ -105,6 +128,7 @@ class MicrobatchPlan:
     estimated_bytes: tuple[int, ...]
     budget_bytes: Optional[int]
     redundancy: tuple[float, ...]  # per layer, input layer first: sum of parts' sources / whole's
+    recompute: bool = False  # run with per-layer activation recomputation (checkpointing)
 
     @property
     def num_microbatches(self) -> int:
@@ -125,6 +149,8 @@ def plan_microbatches(
     safety: float = 0.0,
     positions: Optional[torch.Tensor] = None,
     refine: bool = True,
+    recompute: str = "auto",
+    start_k: Optional[int] = None,
 ) -> MicrobatchPlan:
     """Plan the micro-batches of ``blocks`` (or of the seeds at ``positions`` only, when re-planning).
 
@@ -133,6 +159,8 @@ def plan_microbatches(
     (a fraction of the budget kept free; none unless asked: the cherry system's margin is its option
     ``safety`` in the systems table, which the executor passes).
     ``refine``: choose among candidate splits by their exact input counts (see the module docstring).
+    ``recompute``: ``"auto"``, ``"on"`` or ``"off"``; ``start_k``: where the search for K starts (see
+    the module docstring). A fixed K runs with recomputation only when ``recompute="on"``.
     """
     if num_microbatches is None and budget_bytes is None:
         raise ValueError("give num_microbatches or budget_bytes (neither was set)")
@@ -140,6 +168,10 @@ def plan_microbatches(
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
     if not 0 <= safety < 1:
         raise ValueError(f"safety must be in [0, 1), got {safety}")
+    if recompute not in RECOMPUTE_MODES:
+        raise ValueError(f"recompute must be one of {RECOMPUTE_MODES}, got {recompute!r}")
+    if start_k is not None and start_k < 1:
+        raise ValueError(f"start_k must be >= 1, got {start_k}")
     n = blocks.num_seeds if positions is None else positions.numel()
     if n == 0:
         raise ValueError("cannot plan an empty set of seeds")
@@ -148,7 +180,13 @@ def plan_microbatches(
     whole_batch = n == blocks.num_seeds
     costs: Optional[torch.Tensor] = None
 
-    def build(k: int):
+    def build(k: int, memory_model: MemoryModel):
+        groups, parts, est = build_parts(k, memory_model)
+        # every micro-batch's index buffers stay on the device for the whole step (one copy per step)
+        resident = resident_index_bytes(parts)
+        return groups, parts, tuple(e + resident for e in est)
+
+    def build_parts(k: int, memory_model: MemoryModel):
         nonlocal costs
         if k == 1 and whole_batch:  # the batch itself: no ordering, costing or slicing needed
             return (torch.arange(n, dtype=torch.int64, device=blocks.seeds.device),), (blocks,), (memory_model.estimate_bytes(BatchShape.of(blocks)),)
@@ -163,33 +201,98 @@ def plan_microbatches(
         except torch.OutOfMemoryError:  # candidates are an optimisation: a device too full keeps the contiguous split
             return _sliced(blocks, torch.split(order, sizes), memory_model)
 
+    use_recompute = recompute == "on"
     if num_microbatches is not None:
-        groups, parts, est = build(num_microbatches)
+        model = memory_model.with_recompute(use_recompute)
+        groups, parts, est = build(num_microbatches, model)
     else:
-        limit = budget_bytes * (1 - safety)
-        fixed = memory_model.fixed_bytes
-        if fixed >= limit:
-            raise BudgetTooSmallError(
-                f"budget {budget_bytes} B leaves nothing for activations: parameters, optimizer state "
-                f"and staged features alone need {fixed} B"
-            )
-        k = 1
-        while True:
-            groups, parts, est = build(k)
-            worst = max(est)
-            if worst <= limit:
-                break
-            if k == n:
-                raise BudgetTooSmallError(
-                    f"budget {budget_bytes} B is too small for one seed: a single-seed micro-batch "
-                    f"is estimated at {worst} B"
-                )
-            growth = (worst - fixed) / max(limit - fixed, 1.0)
-            k = min(n, max(k + 1, math.ceil(k * growth)))
+        (groups, parts, est), use_recompute = _choose_k(build, memory_model, budget_bytes, safety, n, recompute,
+                                                        start_k)
     whole = BatchShape.of(blocks) if n == blocks.num_seeds else BatchShape.of(slice_blocks(blocks, positions))
     shapes = [BatchShape.of(p) for p in parts]
     redundancy = tuple(
         sum(s.layers[l].num_src for s in shapes) / max(whole.layers[l].num_src, 1)
         for l in range(len(whole.layers))
     )
-    return MicrobatchPlan(groups, parts, est, budget_bytes, redundancy)
+    return MicrobatchPlan(groups, parts, est, budget_bytes, redundancy, use_recompute)
+
+
+def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional[int]):
+    """``(k, built)`` of the smallest K found from ``start_k`` whose largest estimate is at most
+    ``limit``, or ``(n, built at n)`` when none is (the caller decides). From a start that fits with
+    room to spare K is lowered once, to no less than half of it, so consecutive equal batches keep K
+    within one doubling unless the estimate grows."""
+    fixed = model.fixed_bytes + model.floor_bytes
+    k = min(max(start_k or 1, 1), n)
+    built = build(k, model)
+    worst = max(built[2])
+    if k > 1 and worst <= _ROOM * limit:  # lower, by the overshoot's ratio, at most by half
+        shrink = max((worst - fixed) / max(limit - fixed, 1.0), 0.5)
+        lower = max(1, math.ceil(k * shrink), math.ceil(k / 2))
+        if lower < k:
+            trial = build(lower, model)
+            if max(trial[2]) <= limit:
+                return lower, trial
+    while worst > limit and k < n:
+        growth = (worst - fixed) / max(limit - fixed, 1.0)
+        k = min(n, max(k + 1, math.ceil(k * growth)))
+        built = build(k, model)
+        worst = max(built[2])
+    return k, built
+
+
+TRY_FACTOR = 2.0  # without evidence either way, a single seed estimated up to this times the budget is tried
+
+
+def _worth_trying(model: MemoryModel, shape: BatchShape, estimate: int, budget_bytes: int) -> bool:
+    """Whether a single-seed micro-batch estimated above the budget is still run: calibration alone
+    never refuses. It is unless an out-of-memory of a single seed at most as large proved it cannot
+    fit (`MemoryModel.has_failed`), or the estimate is more than `TRY_FACTOR` times the budget."""
+    return estimate <= TRY_FACTOR * budget_bytes and not model.has_failed(shape)
+
+
+def _choose_k(build, memory_model: MemoryModel, budget_bytes: int, safety: float, n: int, recompute: str,
+              start_k: Optional[int]):
+    """``(built plan, recompute?)`` under ``budget_bytes`` (see the module docstring)."""
+    limit = budget_bytes * (1 - safety)
+    fixed = memory_model.fixed_bytes
+    if fixed >= limit:
+        raise BudgetTooSmallError(
+            f"budget {budget_bytes} B with a {safety:.0%} safety margin (limit {int(limit)} B) leaves nothing "
+            f"for activations: parameters, optimizer state and staged features alone need {fixed} B; the "
+            f"smallest budget that could fit is above {math.ceil(fixed / (1 - safety))} B"
+        )
+    plain = memory_model.with_recompute(False)
+    if recompute != "on":
+        k, built = _search_k(build, plain, limit, n, start_k)
+        worst = max(built[2])
+        if worst <= limit:
+            return built, False
+        # one seed per micro-batch: run it anyway if only the margin or calibration says no
+        largest = BatchShape.of(built[1][max(range(len(built[1])), key=lambda g: built[2][g])])
+        if worst <= budget_bytes or plain.has_fitted(largest) or (
+                recompute == "off" and _worth_trying(plain, largest, worst, budget_bytes)):
+            return built, False
+        plain_worst, plain_built = worst, built
+    else:
+        plain_worst, plain_built = max(build(n, plain)[2]), None
+    with_recompute = memory_model.with_recompute(True)
+    if recompute != "off":
+        k, built = _search_k(build, with_recompute, limit, n, start_k if recompute == "on" else 1)
+        worst = max(built[2])
+        largest = BatchShape.of(built[1][max(range(len(built[1])), key=lambda g: built[2][g])])
+        if worst <= limit or worst <= budget_bytes or _worth_trying(with_recompute, largest, worst, budget_bytes):
+            return built, True
+        if plain_built is not None and _worth_trying(plain, largest, plain_worst, budget_bytes):
+            return plain_built, False
+        rc_worst = worst
+    else:
+        rc_worst = max(build(n, with_recompute)[2])
+    need = lambda e: math.ceil(e / (1 - safety))  # noqa: E731
+    raise BudgetTooSmallError(
+        f"budget {budget_bytes} B is too small for one seed: a single-seed micro-batch is estimated at "
+        f"{plain_worst} B ({rc_worst} B with recomputation) against a limit of {int(limit)} B (the budget "
+        f"less its {safety:.0%} safety margin); the smallest budget that would fit is {need(plain_worst)} B "
+        f"without recomputation and {need(rc_worst)} B with it"
+        + (" (recomputation is off)" if recompute == "off" else "")
+    )

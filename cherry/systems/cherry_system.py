@@ -60,7 +60,8 @@ class CherrySystem(System):
         stats = self.trainer.step(batch.prepared)
         return StepOutcome(loss=stats.loss, num_microbatches=stats.num_microbatches,
                            redundancy=tuple(stats.redundancy), estimated_peak_bytes=stats.estimated_peak_bytes,
-                           measured_peak_bytes=stats.measured_peak_bytes)
+                           measured_peak_bytes=stats.measured_peak_bytes, recompute=stats.recompute,
+                           oom_recoveries=stats.num_oom_recoveries)
 
     def evaluate(self) -> dict[str, float]:
         return self.trainer.evaluate()

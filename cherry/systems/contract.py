@@ -47,6 +47,8 @@ class StepOutcome:
     redundancy: Optional[tuple[float, ...]] = None  # per layer, input layer first
     estimated_peak_bytes: Optional[int] = None  # the plan's largest micro-batch estimate
     measured_peak_bytes: Optional[int] = None  # the step's largest measured micro-batch peak
+    recompute: Optional[bool] = None  # ran with per-layer activation recomputation (a system that can)
+    oom_recoveries: Optional[int] = None  # out-of-memory re-plans inside the step (a system that re-plans)
 
 
 class System(abc.ABC):

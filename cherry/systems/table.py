@@ -62,6 +62,9 @@ _CHERRY_OPTIONS = {
                    "description": "false: CHERRY_NO_EXT=1, the pure-PyTorch reference ops"},
     "safety": {"type": "number", "minimum": 0, "exclusiveMaximum": 1, "default": 0.1,
                "description": "fraction of the budget kept free when choosing K"},
+    "recompute": {"enum": ["auto", "on", "off"], "default": "auto",
+                  "description": "per-layer activation recomputation: auto (only when one seed per micro-batch "
+                                 "does not fit), on, off"},
 }
 
 # As released by default (see baselines/betty/system.py and baselines/buffalo/system.py).

@@ -81,7 +81,8 @@ def test_oom_recovery_keeps_the_gradient(data, monkeypatch):
     ds, blocks = data
     ref, _ = _gradients(ds, blocks, "sage", "mean", 1)
     spec = ModelSpec("sage", ds.feature_dim, 8, ds.num_classes, 2, aggr="mean")
-    budget = MemoryModel.for_model(spec).estimate_bytes(BatchShape.of(blocks)) // 2
+    # K > 1 without recomputation (the plan also holds every micro-batch's index buffers: 20% here)
+    budget = int(MemoryModel.for_model(spec).estimate_bytes(BatchShape.of(blocks)) * 0.8)
     calls = {"n": 0}
     original = BlockModel.forward
 

@@ -1,0 +1,364 @@
+"""`cherry bench budget`: does automatic K (with recomputation below one seed) keep its promise?
+
+A stress test of the memory control of issue 22, on the CPU's emulated device (`DeviceMemory` with a
+capacity raises the out-of-memory a GPU would). Configurations rotate over the degree laws of `cherry
+bench planner` and the generated datasets, the models (SAGE mean/pool/lstm, GCN, GAT), 2 and 3 layers,
+and sampled and all-neighbour fanouts, plus two deep all-neighbour models (4 layers, GAT and SAGE, on
+the geometric graph: the memory wall where K alone stops); each runs at capacities from below "one seed barely fits"
+(recomputation's range, where it is priced to save more than 15%) up to "K = 1 fits", measured on the configuration's first batch (its peak at K = 1 and at one seed per micro-batch, with no capacity). Each capacity trains ``--steps``
+steps of fresh batches with the `Trainer` of ``cherry train`` (automatic K, budget = capacity less the
+run spec's reserve). Per configuration it reports:
+- ``abort``: steps that ran out of memory and could not be recovered; target 0; ``refused``: steps
+  refused before any compute (the budget is below every plan, recomputation included);
+- ``peak/budget``, ``peak/cap``: the largest measured peak over the budget and over the capacity
+  (target <= 1.0);
+- ``oom``: out-of-memory re-plans; ``rc``: steps run with recomputation;
+- ``K/Kmin``: the median, over every ``--search-every``-th step, of the chosen K over the smallest K
+  that fits the same batch under the same capacity (found by bisection over fixed K, with the same
+  recomputation setting; target median <= 1.25);
+- ``dK/100``: K changes per 100 steps;
+- ``err50``, ``err95``: the estimator's per-micro-batch |estimated - measured| / measured, median and
+  95th percentile.
+Figures are deterministic (seeded batches, an emulated device): no repeats are needed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from concurrent.futures import ThreadPoolExecutor
+import statistics
+import time
+
+import torch
+
+MODELS = (("sage", "mean"), ("sage", "pool"), ("sage", "lstm"), ("gcn", None), ("gat", None))
+DEFAULT_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-tiny"
+CAPACITY_POINTS = ("below-seed", "seed", "mid", "whole")
+DEEP_GRAPH = "geometric"
+RECOMPUTE_SAVING = 0.85  # "below-seed" runs only where recomputation is priced below this share of a seed
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    graph: str
+    model: str
+    aggr: str | None
+    num_layers: int
+    fanouts: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        model = f"{self.model}-{self.aggr}" if self.aggr else self.model
+        return f"{self.graph}/{model}/L{self.num_layers}/{','.join(map(str, self.fanouts))}"
+
+
+def configurations(graphs: list[str], quick: bool) -> list[Config]:
+    """Every model at 2 and 3 layers; graphs and fanouts (sampled, or all-neighbour at the top layer)
+    rotate over them so that each appears with several models."""
+    out = []
+    for i, (model, aggr) in enumerate(MODELS):
+        for layers in (2, 3):
+            j = 2 * i + layers
+            sampled = (4, 6, 8)[:layers] if layers == 3 else (5, 10)
+            fanouts = sampled if j % 2 == 0 else (*sampled[:-1], -1)
+            out.append(Config(graphs[j % len(graphs)], model, aggr, layers, fanouts))
+    # where K alone stops: a deep all-neighbour model on a graph its hops saturate (every micro-batch
+    # holds most of the graph at its lower layers), so below one seed only recomputation helps
+    deep = [Config(DEEP_GRAPH, "gat", None, 4, (-1,) * 4), Config(DEEP_GRAPH, "sage", "mean", 4, (-1,) * 4)]
+    return [out[0], deep[0]] if quick else out + deep
+
+
+def _dataset(name: str, num_nodes: int, root, seed: int):
+    """A `Dataset` of a degree law (random features and labels) or a registered dataset."""
+    from cherry.data import Dataset, load_dataset
+    from cherry.data.degree_laws import DEGREE_LAWS, degree_law_graph
+
+    if name not in DEGREE_LAWS:
+        return load_dataset(name, root)
+    graph = degree_law_graph(name, num_nodes, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    n = graph.num_nodes
+    perm = torch.randperm(n, generator=gen)
+    return Dataset(name=name, graph=graph, features=torch.randn(n, 32, generator=gen),
+                   labels=torch.randint(0, 8, (n,), generator=gen), train_idx=perm[: n // 2],
+                   valid_idx=perm[n // 2: 3 * n // 4], test_idx=perm[3 * n // 4:], num_classes=8)
+
+
+def _spec(config: Config, args, capacity_bytes):
+    from cherry.spec import make_spec
+
+    return make_spec(dataset="synth-tiny", model=config.model, aggr=config.aggr, num_layers=config.num_layers,
+                     fanouts=config.fanouts, hidden=args.hidden, heads=2, batch_size=args.batch_size,
+                     device_memory_bytes=capacity_bytes, evaluate=False, seed=args.seed,
+                     options={"ordering": "none"})
+
+
+def _trainer(dataset, config, args, capacity_bytes, memory):
+    from cherry.execution import Trainer
+
+    return Trainer(dataset, _spec(config, args, capacity_bytes), memory=memory)
+
+
+def _batches(dataset, args, count: int):
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    pool = dataset.train_idx
+    return [pool[torch.randperm(pool.numel(), generator=gen)[: args.batch_size]] for _ in range(count)]
+
+
+def _peak_of(trainer, memory, blocks) -> int:
+    """The measured peak of one step on ``blocks`` (its gradient only, no optimizer step)."""
+    memory.reset_peak()
+    trainer.executor.accumulate(blocks, trainer.data.features, trainer.data.labels)
+    return int(memory.peak_bytes())
+
+
+def reference_capacities(dataset, config, args) -> dict[str, int]:
+    """Capacities of `CAPACITY_POINTS` from the first batch, measured with no capacity: its peak at
+    K = 1 and at K = its seeds; recomputation's saving priced on its largest seed."""
+    from cherry.memory import DeviceMemory
+    from cherry.planning import BatchShape
+    from cherry.sampling import slice_blocks
+    from cherry.spec import BUDGET_RESERVE_FRACTION
+
+    from cherry.sampling import NeighborSampler
+
+    seeds = _batches(dataset, args, 1)[0]
+    # sampled and sliced before the tracker starts: in a run the loader's thread does this unseen
+    blocks = NeighborSampler(dataset.graph, list(config.fanouts)).sample(seeds, torch.Generator().manual_seed(args.seed))
+    singles = [slice_blocks(blocks, torch.tensor([i])) for i in range(blocks.num_seeds)]
+    with DeviceMemory("cpu", None) as memory:
+        trainer = _trainer(dataset, config, args, None, memory)
+        trainer.executor.options = dataclasses.replace(trainer.executor.options, num_microbatches=1)
+        whole = _peak_of(trainer, memory, blocks)
+        mm = trainer.memory_model
+        ranked = sorted(range(len(singles)), key=lambda i: -mm.activation_bytes(BatchShape.of(singles[i])))
+        # the whole batch at one seed per micro-batch (every micro-batch's index buffers are resident)
+        trainer.executor.options = dataclasses.replace(trainer.executor.options, num_microbatches=blocks.num_seeds)
+        seed_peak = _peak_of(trainer, memory, blocks)
+        top = BatchShape.of(singles[ranked[0]])
+        saving = mm.activation_bytes(top, True) / max(mm.activation_bytes(top, False), 1.0)
+        trainer.close()
+    keep = 1 - BUDGET_RESERVE_FRACTION
+    seed_cap, whole_cap = seed_peak / keep * 1.1, whole / keep * 1.05
+    # below one seed: halfway to what recomputation is priced to need, where it saves enough to matter
+    below = int(seed_cap * (1 + saving) / 2) if saving < RECOMPUTE_SAVING else None
+    return {"below-seed": below, "seed": int(seed_cap),
+            "mid": int(math.sqrt(seed_cap * max(whole_cap, seed_cap))), "whole": int(max(whole_cap, seed_cap))}
+
+
+def _smallest_k(trainer, blocks, recompute: bool, upper: int) -> int:
+    """The smallest fixed K in [1, upper] whose accumulation fits (bisection; ``upper`` fitted), with
+    the same recomputation setting, on a snapshot of the memory model (the run's is not touched)."""
+    from cherry.planning import BudgetTooSmallError
+
+    ex = trainer.executor
+    saved_options, saved_model = ex.options, ex.memory_model
+
+    def fits(k: int) -> bool:
+        ex.options = dataclasses.replace(saved_options, num_microbatches=k, recover_oom=False,
+                                         recompute="on" if recompute else "off")
+        ex.memory_model = saved_model.snapshot()
+        try:
+            ex.accumulate(blocks, trainer.data.features, trainer.data.labels)
+            return True
+        except (torch.OutOfMemoryError, BudgetTooSmallError):
+            return False
+        finally:
+            ex.options, ex.memory_model = saved_options, saved_model
+            ex._free()
+
+    low, high = 1, upper  # invariant: high fits
+    while low < high:
+        mid = (low + high) // 2
+        if fits(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return high
+
+
+def run_capacity(dataset, config, args, capacity_bytes: int) -> dict:
+    """Train ``args.steps`` fresh batches at ``capacity_bytes``; the row of figures (module docstring)."""
+    from cherry.memory import DeviceMemory
+    from cherry.planning import BudgetTooSmallError
+
+    started = time.perf_counter()
+    aborted, refused, peaks, ks, oom, rc, ratios, reasons = 0, 0, [], [], 0, 0, [], []
+    gen = torch.Generator().manual_seed(args.seed + 2)
+    with DeviceMemory("cpu", capacity_bytes) as memory:
+        trainer = _trainer(dataset, config, args, capacity_bytes, memory)
+        budget = trainer.budget_bytes
+        # batches are sampled and planned on another thread, as `cherry train`'s loader does (host
+        # construction: the tracker of the training thread does not see them)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            for step, seeds in enumerate(_batches(dataset, args, args.steps)):
+                try:
+                    planned = pool.submit(trainer.prepare, seeds, gen).result()
+                    memory.reset_peak()
+                    stats = trainer.step(planned)
+                except BudgetTooSmallError as exc:  # refused before any compute: the budget is below any plan
+                    refused += 1
+                    reasons.append(str(exc).strip().splitlines()[0][:400])
+                    continue
+                except torch.OutOfMemoryError as exc:
+                    aborted += 1
+                    reasons.append(str(exc).strip().splitlines()[0][:400] if str(exc).strip() else type(exc).__name__)
+                    trainer.executor._free()
+                    continue
+                peaks.append(max(int(memory.peak_bytes()), stats.measured_peak_bytes or 0))
+                ks.append(stats.num_microbatches)
+                oom += stats.num_oom_recoveries
+                rc += int(stats.recompute)
+                if args.search_every and step % args.search_every == 0:
+                    smallest = _smallest_k(trainer, planned.blocks, stats.recompute, stats.num_microbatches)
+                    ratios.append(stats.num_microbatches / smallest)
+        errors = sorted(trainer.memory_model.relative_errors())
+        trainer.close()
+    changes = sum(a != b for a, b in zip(ks, ks[1:]))
+    peak = max(peaks, default=0)
+    return {
+        "config": config.label, "graph": config.graph, "model": config.model, "aggr": config.aggr,
+        "num_layers": config.num_layers, "fanouts": list(config.fanouts), "capacity_bytes": capacity_bytes,
+        "budget_bytes": budget, "steps": args.steps, "aborted_steps": aborted,
+        "refused_steps": refused,
+        "peak_over_budget": peak / budget if budget else None, "peak_over_capacity": peak / capacity_bytes,
+        "oom_replans": oom, "recompute_steps": rc, "k_median": statistics.median(ks) if ks else None,
+        "k_over_smallest_median": statistics.median(ratios) if ratios else None,
+        "k_changes_per_100": 100 * changes / max(len(ks) - 1, 1),
+        "estimator_error_median": errors[len(errors) // 2] if errors else None,
+        "estimator_error_p95": errors[min(len(errors) - 1, int(0.95 * len(errors)))] if errors else None,
+        "wall_s": time.perf_counter() - started, "abort_reasons": sorted(set(reasons))[:3],
+    }
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+HEADER = (f"{'configuration':<36} {'capacity':>10} {'abort':>5} {'refus':>5} {'pk/bud':>6} {'pk/cap':>6} {'oom':>4} {'rc':>4} "
+          f"{'K':>5} {'K/Kmin':>6} {'dK/100':>6} {'err50':>6} {'err95':>6}")
+
+
+def format_row(r: dict) -> str:
+    from cherry.memory import format_size
+
+    return (f"{r['config']:<36} {format_size(r['capacity_bytes']):>10} {r['aborted_steps']:>5} {r['refused_steps']:>5} "
+            f"{_fmt(r['peak_over_budget'], '.3f'):>6} {_fmt(r['peak_over_capacity'], '.3f'):>6} {r['oom_replans']:>4} "
+            f"{r['recompute_steps']:>4} {_fmt(r['k_median'], '.0f'):>5} {_fmt(r['k_over_smallest_median'], '.2f'):>6} "
+            f"{r['k_changes_per_100']:>6.1f} {_fmt(r['estimator_error_median'], '.3f'):>6} "
+            f"{_fmt(r['estimator_error_p95'], '.3f'):>6}")
+
+
+def summary(rows: list[dict]) -> dict:
+    """The figures the issue's targets read: over every row."""
+    ratios = [r["k_over_smallest_median"] for r in rows if r["k_over_smallest_median"] is not None]
+    return {
+        "configurations": len(rows), "aborted_steps": sum(r["aborted_steps"] for r in rows),
+        "refused_steps": sum(r["refused_steps"] for r in rows),
+        "max_peak_over_budget": max((r["peak_over_budget"] or 0 for r in rows), default=None),
+        "max_peak_over_capacity": max((r["peak_over_capacity"] for r in rows), default=None),
+        "oom_replans": sum(r["oom_replans"] for r in rows),
+        "recompute_rows": sum(r["recompute_steps"] > 0 for r in rows),
+        "k_over_smallest_median": statistics.median(ratios) if ratios else None,
+        "k_changes_per_100_median": statistics.median(r["k_changes_per_100"] for r in rows) if rows else None,
+        "estimator_error_median": statistics.median(r["estimator_error_median"] for r in rows
+                                                    if r["estimator_error_median"] is not None) if rows else None,
+    }
+
+
+def recompute_cost(dataset, config, args, num_microbatches: int = 4) -> dict:
+    """What recomputation costs and saves on ``config``: the same batches at the same fixed K, each
+    step run with and without it, alternating (which goes first alternates too) so that drift hits
+    both alike. Time: forward+backward of the whole batch (no optimizer step, no tracker: the
+    tracker's dispatch cost would dilute the ratio), the ratio of medians with the hierarchical
+    bootstrap interval of `cherry.report.stats.median_ratio` (one run). Memory: the measured peak of
+    the first batch both ways under the emulated device's tracker."""
+    from cherry.memory import DeviceMemory
+    from cherry.report.stats import median_ratio
+
+    def executor_for(trainer, recompute: str):
+        ex = trainer.executor
+        ex.options = dataclasses.replace(ex.options, num_microbatches=num_microbatches, recover_oom=False,
+                                         recompute=recompute)
+        return ex
+
+    batches = _batches(dataset, args, args.recompute_steps + 1)
+    with DeviceMemory("cpu", None) as memory:
+        trainer = _trainer(dataset, config, args, None, memory)
+        blocks = trainer.sampler.sample(batches[0], torch.Generator().manual_seed(args.seed))
+        peaks = {}
+        for mode in ("off", "on"):
+            executor_for(trainer, mode)
+            peaks[mode] = _peak_of(trainer, memory, blocks)
+        trainer.close()
+    trainer = _trainer(dataset, config, args, None, None)
+    gen = torch.Generator().manual_seed(args.seed + 3)
+    times = {"on": [], "off": []}
+    for i, seeds in enumerate(batches[1:]):
+        blocks = trainer.sampler.sample(seeds, gen)
+        for mode in (("on", "off") if i % 2 == 0 else ("off", "on")):
+            ex = executor_for(trainer, mode)
+            start = time.perf_counter()
+            ex.accumulate(blocks, trainer.data.features, trainer.data.labels)
+            times[mode].append(time.perf_counter() - start)
+    trainer.close()
+    ratio = median_ratio(times["on"], times["off"])
+    return {"config": config.label, "num_microbatches": num_microbatches, "steps": len(times["on"]),
+            "time_ratio": ratio.value if ratio else None, "time_ratio_low": ratio.low if ratio else None,
+            "time_ratio_high": ratio.high if ratio else None, "peak_off_bytes": peaks["off"],
+            "peak_on_bytes": peaks["on"], "peak_ratio": peaks["on"] / max(peaks["off"], 1),
+            "step_s_on_median": statistics.median(times["on"]), "step_s_off_median": statistics.median(times["off"])}
+
+
+def run(args) -> int:
+    from cherry.io import write_json_atomic
+
+    graphs = [g for g in args.graphs.split(",") if g]
+    if not graphs:
+        raise ValueError("--graphs must name at least one degree law or dataset")
+    if args.quick:
+        args.steps, args.search_every = min(args.steps, 4), min(args.search_every or 2, 2)
+        args.recompute_steps = min(args.recompute_steps, 3)
+    torch.set_num_threads(args.threads)
+    points = [p for p in args.capacities.split(",") if p]
+    bad = [p for p in points if p not in CAPACITY_POINTS]
+    if bad or not points:
+        raise ValueError(f"--capacities must be comma-separated names of {CAPACITY_POINTS}, got {args.capacities!r}")
+    started = time.perf_counter()
+    print(f"cherry bench budget: {args.steps} steps per capacity, batch {args.batch_size}, hidden {args.hidden}, "
+          f"K/Kmin every {args.search_every} steps; emulated device (CPU)", flush=True)
+    print(HEADER, flush=True)
+    rows, cache = [], {}
+    configs = configurations(graphs, args.quick)
+    if getattr(args, "max_configs", None) is not None:
+        configs = configs[: args.max_configs]
+    for config in configs:
+        if config.graph not in cache:
+            cache[config.graph] = _dataset(config.graph, args.num_nodes, args.root, args.seed)
+        dataset = cache[config.graph]
+        caps = reference_capacities(dataset, config, args)
+        for point in points:
+            if caps[point] is None:
+                print(f"{config.label:<36} {'-':>9}  below one seed: recomputation saves too little here", flush=True)
+                continue
+            row = run_capacity(dataset, config, args, caps[point])
+            row["capacity_point"] = point
+            rows.append(row)
+            print(format_row(row), flush=True)
+    if args.recompute_steps:
+        config = Config(DEEP_GRAPH, "gat", None, 4, (-1,) * 4)
+        cost = recompute_cost(cache.get(config.graph) or _dataset(config.graph, args.num_nodes, args.root, args.seed),
+                              config, args)
+        print(f"\nrecomputation on {cost['config']}, K={cost['num_microbatches']}, {cost['steps']} batches each way, "
+              f"alternating: step time x{_fmt(cost['time_ratio'], '.2f')} [{_fmt(cost['time_ratio_low'], '.2f')}, "
+              f"{_fmt(cost['time_ratio_high'], '.2f')}] (95% interval), peak x{cost['peak_ratio']:.2f} "
+              f"({cost['peak_on_bytes']} B vs {cost['peak_off_bytes']} B)", flush=True)
+    else:
+        cost = None
+    total = summary(rows)
+    total["wall_s"] = time.perf_counter() - started
+    print("\nsummary: " + ", ".join(f"{k}={_fmt(v, '.3f') if isinstance(v, float) else v}" for k, v in total.items()))
+    if args.json:
+        write_json_atomic(args.json, {"args": {k: v for k, v in vars(args).items() if not k.startswith("_") and k != "func"},
+                                      "rows": rows, "summary": total, "recompute_cost": cost})
+    return 0

@@ -1,0 +1,198 @@
+"""Issue 22: memory control a user can trust. The estimator cannot run away, refusals explain
+themselves, K stays steady, evaluation runs under the training capacity, recomputation below one seed
+is exact."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cherry.execution import ExecutorOptions, MicrobatchExecutor, Trainer
+from cherry.memory import DeviceMemory
+from cherry.models import ModelSpec, build_model
+from cherry.planning import BatchShape, BudgetTooSmallError, LayerShape, MemoryModel, plan_microbatches
+from cherry.planning.memory_model import MAX_STEP
+from cherry.sampling import NeighborSampler, slice_blocks
+from cherry.spec import make_spec
+from tests.unit.graphs import random_dataset
+
+
+@pytest.fixture(scope="module")
+def data():
+    ds = random_dataset(num_nodes=400, avg_degree=8)
+    blocks = NeighborSampler(ds.graph, [-1, -1]).sample(ds.train_idx[:32], torch.Generator().manual_seed(5))
+    return ds, blocks
+
+
+def _spec(ds, layers=2, dropout=0.0, hidden=32):
+    return ModelSpec("sage", ds.feature_dim, hidden, ds.num_classes, layers, aggr="mean", dropout=dropout)
+
+
+def _single_seed_worst(blocks, mm):
+    """The planner's largest estimate at one seed per micro-batch (every micro-batch's resident index
+    buffers included), with recomputation when ``mm`` prices it."""
+    plan = plan_microbatches(blocks, mm, num_microbatches=blocks.num_seeds, recompute="on" if mm.recompute else "off")
+    return plan.max_estimated_bytes
+
+
+def test_a_tiny_microbatch_with_a_large_floor_moves_the_model_by_a_bounded_factor(data):
+    """The issue's runaway: a tiny micro-batch whose measured peak is mostly an unmodelled floor. The
+    old ratio calibration put it all on the per-count scale (here ~50x); now the scale moves by at
+    most MAX_STEP, the floor takes the rest, and the single-seed estimate stays near the measured
+    peak instead of exploding, so the planner still plans a step that fitted before."""
+    ds, blocks = data
+    mm = MemoryModel.for_model(_spec(ds), fixed_bytes=10_000)
+    big = BatchShape.of(blocks)
+    act_big = mm.activation_bytes(big)
+    mm.observe(big, int(10_000 + 1.0 * act_big))  # a large micro-batch, estimated right
+    tiny = BatchShape((LayerShape(3, 2, 2), LayerShape(2, 1, 1)))
+    floor = int(act_big * 0.5)  # an unmodelled per-micro-batch floor, huge for a tiny micro-batch
+    for _ in range(3):
+        mm.observe(tiny, 10_000 + floor + int(mm.activation_bytes(tiny)))
+    assert mm.scale <= MAX_STEP
+    assert (floor + mm.activation_bytes(tiny)) / mm.activation_bytes(tiny) > 20 * MAX_STEP  # the old ratio
+    # estimates cover what was measured, and the big micro-batch is not priced many times over
+    assert mm.estimate_bytes(tiny) >= 10_000 + floor
+    assert mm.estimate_bytes(big) < 10_000 + 3 * act_big + floor
+    # the whole batch fitted: a plan under a budget it fits in is never refused by calibration alone
+    plan = plan_microbatches(blocks, mm, budget_bytes=int((10_000 + act_big + floor) * 1.05))
+    assert sum(g.numel() for g in plan.seed_groups) == blocks.num_seeds
+
+
+def test_calibration_never_refuses_a_seed_when_a_larger_microbatch_fitted(data):
+    ds, blocks = data
+    mm = MemoryModel.for_model(_spec(ds), fixed_bytes=0)
+    big = BatchShape.of(blocks)
+    mm.observe(big, int(mm.activation_bytes(big)))
+    mm.scale, mm.floor_bytes = 50.0, 0  # a model that says nothing fits (as if calibration ran away)
+    budget = int(mm.activation_bytes(big) * 1.2)
+    assert _single_seed_worst(blocks, mm) > budget
+    plan = plan_microbatches(blocks, mm, budget_bytes=budget, recompute="off")
+    assert not plan.recompute and plan.num_microbatches == blocks.num_seeds  # tried, not refused
+    # an out-of-memory of a single seed no larger than the batch's largest is evidence: refused
+    singles = [BatchShape.of(slice_blocks(blocks, torch.tensor([i]))) for i in range(blocks.num_seeds)]
+    mm.largest_fitted_activation_bytes = 0.0  # (and no fit to set against it)
+    mm.observe_oom(min(singles, key=mm.activation_bytes), budget)
+    with pytest.raises(BudgetTooSmallError, match="too small for one seed"):
+        plan_microbatches(blocks, mm, budget_bytes=budget, recompute="off")
+
+
+def test_refusal_names_estimate_budget_margin_and_the_smallest_budgets_that_fit(data):
+    """An estimate over TRY_FACTOR times the budget is refused before any compute, and the message
+    says by how much; the budgets it names are enough."""
+    ds, blocks = data
+    mm = MemoryModel.for_model(_spec(ds, layers=2), fixed_bytes=1000)
+    worst = _single_seed_worst(blocks, mm)
+    budget = worst // 3
+    with pytest.raises(BudgetTooSmallError) as err:
+        plan_microbatches(blocks, mm, budget_bytes=budget, safety=0.1, recompute="off")
+    text = str(err.value)
+    assert f"budget {budget} B" in text and f"estimated at {worst} B" in text and "10% safety margin" in text
+    plain = int(text.split("would fit is ")[1].split(" B")[0])
+    rc = int(text.split("B without recomputation and ")[1].split(" B")[0])
+    # the budgets it names do fit (and one byte less of the plain one does not, without recomputation)
+    assert plan_microbatches(blocks, mm, budget_bytes=plain, safety=0.1, recompute="off").num_microbatches >= 1
+    assert plan_microbatches(blocks, mm, budget_bytes=rc, safety=0.1, recompute="on").recompute
+    # without evidence, a single seed estimated within TRY_FACTOR of the budget is tried, not refused
+    tried = plan_microbatches(blocks, mm, budget_bytes=int(worst / 1.5), safety=0.1, recompute="off")
+    assert tried.num_microbatches == blocks.num_seeds
+
+
+def test_an_estimate_inside_the_margin_is_tried_not_refused(data):
+    """The issue's for_k case: the single-seed estimate is below the budget but above budget * 0.9."""
+    ds, blocks = data
+    mm = MemoryModel.for_model(_spec(ds), fixed_bytes=0)
+    worst = _single_seed_worst(blocks, mm)
+    plan = plan_microbatches(blocks, mm, budget_bytes=int(worst / 0.95), safety=0.1, recompute="off")
+    assert plan.num_microbatches == blocks.num_seeds and not plan.recompute
+
+
+def _executor(ds, spec, budget, k=None, recompute="auto", memory=None):
+    torch.manual_seed(0)
+    model = build_model(spec).double()
+    mm = MemoryModel.for_model(spec, fixed_bytes=0)
+    options = ExecutorOptions(num_microbatches=k, budget_bytes=budget, stage_features=False, pipeline=False,
+                              balance="memory", safety=0.1, recover_oom=k is None, recompute=recompute,
+                              dropout_seed=3)
+    return MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.1), mm, options, memory=memory), mm
+
+
+def test_recomputation_below_one_seed_gives_the_same_gradient(data):
+    """A budget under the single-seed estimate but over its recomputation estimate: the planner picks
+    recomputation, the step trains (measured under that capacity) and its gradient equals the K=1
+    gradient without recomputation (no budget) to 1e-5, with dropout on."""
+    ds = random_dataset(num_nodes=80, avg_degree=30)  # dense: all-neighbour layers saturate, so they are alike
+    spec = _spec(ds, layers=3, dropout=0.5, hidden=128)
+    blocks = NeighborSampler(ds.graph, [-1, -1, -1]).sample(ds.train_idx[:6], torch.Generator().manual_seed(2))
+    ref_ex, mm = _executor(ds, spec, None, k=1)
+    ref_stats = ref_ex.accumulate(blocks, ds.features.double(), ds.labels)
+    ref = [g.clone() for g in ref_ex.gradients()]
+    ref_ex.close()
+    plain = _single_seed_worst(blocks, mm)
+    rc = _single_seed_worst(blocks, mm.with_recompute(True))
+    assert rc < 0.95 * plain
+    budget = int((rc + plain) / 2)
+    ex, _ = _executor(ds, spec, budget)
+    stats = ex.accumulate(blocks, ds.features.double(), ds.labels)
+    assert stats.num_microbatches <= blocks.num_seeds
+    assert stats.recompute and not ref_stats.recompute
+    assert stats.loss == pytest.approx(ref_stats.loss, rel=1e-12)
+    for a, b in zip(ref, ex.gradients()):
+        assert float((a - b).abs().max()) <= 1e-5 * max(float(a.abs().max()), 1e-12)
+    ex.close()
+    off, _ = _executor(ds, spec, plain // 3, recompute="off")  # beyond TRY_FACTOR: refused, and says why
+    with pytest.raises(BudgetTooSmallError, match="recomputation is off"):
+        off.accumulate(blocks, ds.features.double(), ds.labels)
+    off.close()
+
+
+def test_k_stays_within_one_doubling_over_equal_steps(synth_tiny):
+    """50 steps of equal-size fresh batches under an emulated capacity: consecutive K within a factor
+    of two, and no out-of-memory."""
+    capacity = 260 << 10
+    spec = make_spec(dataset="synth-tiny", hidden=16, fanouts=(5, 5), batch_size=100, evaluate=False,
+                     device_memory_bytes=capacity, max_steps_per_epoch=10, epochs=5)
+    with DeviceMemory("cpu", capacity) as memory:
+        trainer = Trainer(synth_tiny, spec, memory=memory)
+        steps = [s for e in range(5) for s in trainer.train_epoch(e)]
+        trainer.close()
+    ks = [s.num_microbatches for s in steps if s.num_seeds == 100]
+    assert len(ks) == 50 and min(ks) > 2, ks
+    assert all(max(a, b) <= 2 * min(a, b) for a, b in zip(ks, ks[1:])), ks
+    assert all(s.measured_peak_bytes <= capacity for s in steps)
+
+
+def test_evaluation_runs_under_the_capacity_training_fitted(synth_tiny):
+    """The issue's case: training fitted 300 KiB at K > 1, the layer-wise evaluation ran out of
+    memory. Now its chunks start from the memory model and halve at an out-of-memory."""
+    capacity = 300 << 10
+    spec = make_spec(dataset="synth-tiny", hidden=16, fanouts=(5, 5), batch_size=256, device_memory_bytes="300KiB",
+                     max_steps_per_epoch=2, epochs=1)
+    with DeviceMemory("cpu", capacity) as memory:
+        trainer = Trainer(synth_tiny, spec, memory=memory)
+        result = trainer.run_epoch(0)
+        memory.reset_peak()
+        acc = trainer.evaluate()
+        trainer.close()
+        assert memory.peak_bytes() <= capacity
+    assert result.max_microbatches > 1 and 0 <= acc["valid"] <= 1 and result.valid_acc == acc["valid"]
+
+
+def test_bench_budget_rows_report_the_targets():
+    """One small configuration of `cherry bench budget` at the "seed" capacity: every step trains (no
+    abort), the largest peak stays within the capacity, and the row carries every figure the
+    benchmark prints, K over the smallest fitting K included (>= 1 by construction of the search)."""
+    import argparse
+
+    from benchmarks import budget
+
+    args = argparse.Namespace(batch_size=24, hidden=16, steps=3, search_every=2, seed=0, root=None, num_nodes=600)
+    config = budget.Config("chung-lu", "sage", "mean", 2, (5, 10))
+    dataset = budget._dataset(config.graph, args.num_nodes, None, args.seed)
+    caps = budget.reference_capacities(dataset, config, args)
+    assert caps["seed"] < caps["mid"] <= caps["whole"]
+    row = budget.run_capacity(dataset, config, args, caps["mid"])
+    assert row["aborted_steps"] == 0 and row["refused_steps"] == 0
+    assert row["peak_over_capacity"] <= 1.0
+    assert row["k_over_smallest_median"] >= 1.0
+    assert budget.format_row(row).startswith("chung-lu/sage-mean/L2/5,10")
+    assert budget.summary([row])["aborted_steps"] == 0
