@@ -49,10 +49,10 @@ def undirected_csc(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np
 def dataset_from_arrays(name: str, edge_index: Any = None, features: Any = None, labels: Any = None,
                         train_idx: Any = None, valid_idx: Any = None, test_idx: Any = None, *,
                         csc: Optional[tuple[Any, Any]] = None, num_classes: Optional[int] = None,
-                        undirected: bool = True, metadata: Optional[dict] = None):
-    """The validated `cherry.data.Dataset` of these arrays (see the module docstring)."""
-    from cherry.data.graph import Dataset, Graph
-
+                        undirected: bool = True, metadata: Optional[dict] = None) -> dict:
+    """The validated fields of `cherry.data.Dataset` for these arrays (see the module docstring), with
+    the graph as ``csc=(indptr, indices, num_nodes)``; `Dataset.from_arrays` builds the dataset (this
+    module stays below `cherry.data.graph`, which imports it)."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty str, got {name!r}")
     if (edge_index is None) == (csc is None):
@@ -82,12 +82,12 @@ def dataset_from_arrays(name: str, edge_index: Any = None, features: Any = None,
         checks.check_edges(edges, n, where="edge_index")
         if undirected:
             indptr, indices = undirected_csc(edges[0], edges[1], n)
-        else:
-            g = Graph.from_edges(torch.from_numpy(np.ascontiguousarray(edges[0])),
-                                 torch.from_numpy(np.ascontiguousarray(edges[1])), n)
-            indptr, indices = g.indptr.numpy(), g.indices.numpy()
-    graph = Graph(torch.from_numpy(np.ascontiguousarray(indptr)), torch.from_numpy(np.ascontiguousarray(indices)), n)
+        else:  # as Graph.from_edges: in-neighbours keep edge-list order
+            order = np.argsort(edges[1], kind="stable")
+            indptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(edges[1], minlength=n), out=indptr[1:])
+            indices = edges[0][order]
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
-    return Dataset(name=name, graph=graph, features=t(x), labels=t(y), train_idx=t(splits["train"]),
-                   valid_idx=t(splits["valid"]), test_idx=t(splits["test"]), num_classes=int(num_classes),
-                   metadata=dict(metadata or {}, source="arrays"))
+    return dict(name=name, csc=(t(indptr), t(indices), n), features=t(x), labels=t(y), train_idx=t(splits["train"]),
+                valid_idx=t(splits["valid"]), test_idx=t(splits["test"]), num_classes=int(num_classes),
+                metadata=dict(metadata or {}, source="arrays"))

@@ -146,7 +146,9 @@ class Dataset:
         features, labels and the split, validated like prepared data (`cherry.data.arrays`)."""
         from cherry.data.arrays import dataset_from_arrays
 
-        return dataset_from_arrays(name, edge_index, features, labels, train_idx, valid_idx, test_idx, **options)
+        fields = dataset_from_arrays(name, edge_index, features, labels, train_idx, valid_idx, test_idx, **options)
+        indptr, indices, num_nodes = fields.pop("csc")
+        return cls(graph=Graph(indptr, indices, num_nodes), **fields)
 
     def to(self, device: torch.device | str, features: bool = True) -> "Dataset":
         """This dataset with its graph, labels and split on ``device`` (and the features when

@@ -65,7 +65,10 @@ def trainer_state(trainer) -> dict:
         "model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict(),
         "executor_steps": trainer.executor._num_steps, "torch_rng": torch.get_rng_state(),
         "generator": trainer.generator.get_state(),
-        "memory_model": {"scale": mm.scale, "ratios": list(mm._ratios), "error_history": list(mm.error_history)},
+        "memory_model": {"scale": mm.scale, "floor_bytes": mm.floor_bytes,
+                         "largest_fitted_activation_bytes": mm.largest_fitted_activation_bytes,
+                         "smallest_failed_seed_bytes": dict(mm.smallest_failed_seed_bytes),
+                         "samples": list(mm._samples), "error_history": list(mm.error_history)},
     }
 
 
@@ -76,8 +79,12 @@ def load_trainer_state(trainer, state: dict) -> None:
     torch.set_rng_state(state["torch_rng"])
     trainer.generator.set_state(state["generator"])
     mm = trainer.memory_model
-    mm.scale = float(state["memory_model"]["scale"])
-    mm._ratios[:] = state["memory_model"]["ratios"]
+    saved = state["memory_model"]
+    mm.scale = float(saved["scale"])
+    mm.floor_bytes = int(saved["floor_bytes"])
+    mm.largest_fitted_activation_bytes = float(saved["largest_fitted_activation_bytes"])
+    mm.smallest_failed_seed_bytes = dict(saved["smallest_failed_seed_bytes"])
+    mm._samples[:] = [tuple(p) for p in saved["samples"]]
     mm.error_history[:] = [tuple(p) for p in state["memory_model"]["error_history"]]
 
 

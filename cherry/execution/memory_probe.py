@@ -120,7 +120,7 @@ def with_probed_costs(memory_model: MemoryModel, fit: ProbeFit) -> MemoryModel:
     """``memory_model`` pricing every layer with the fitted costs (the one hook into the memory model)."""
     per_node, per_edge = fit.bytes_per_node / FLOAT_BYTES, fit.bytes_per_edge / FLOAT_BYTES
     costs = tuple(LayerCost(per_src=per_node, per_dst=per_node, per_edge=per_edge) for _ in memory_model.costs)
-    return dataclasses.replace(memory_model, costs=costs, scale=1.0, error_history=[], _ratios=[])
+    return dataclasses.replace(memory_model, costs=costs, scale=1.0, error_history=[], _samples=[])
 
 
 def needs_probe(model: torch.nn.Module) -> bool:

@@ -14,9 +14,10 @@ import torch
 OPTIMIZERS = ("adam", "adamw", "sgd")
 
 
-def make_optimizer(params: Iterable[torch.nn.Parameter], name: str = "adam", lr: float = 0.003,
-                   weight_decay: float = 0.0, momentum: float = 0.9) -> torch.optim.Optimizer:
-    """The optimizer ``name`` over ``params``; ValueError (one line) for an unknown name or bad number."""
+def make_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float, weight_decay: float = 0.0,
+                   momentum: float = 0.0) -> torch.optim.Optimizer:
+    """The optimizer ``name`` over ``params``; ValueError (one line) for an unknown name or bad number.
+    The run's defaults (lr, momentum) are the run schema's, passed in by `optimizer_for_spec`."""
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
     for key, value, upper in (("lr", lr, None), ("weight_decay", weight_decay, None), ("momentum", momentum, 1.0)):
@@ -36,7 +37,7 @@ def optimizer_for_spec(params, spec) -> torch.optim.Optimizer:
     return make_optimizer(params, spec.optimizer, spec.lr, spec.weight_decay, spec.momentum)
 
 
-def state_copies(name: str, momentum: float = 0.9) -> int:
+def state_copies(name: str, momentum: float) -> int:
     """Parameter-sized tensors the optimizer keeps (Adam's two moments, SGD's momentum buffer)."""
     if name in ("adam", "adamw"):
         return 2

@@ -8,6 +8,7 @@ from cherry.models.gat import GATConv
 from cherry.models.gcn import GCNConv
 from cherry.models.mlp import MLP
 from cherry.models.sage import SAGEConv
+from cherry.models.registry import registered_builder
 from cherry.models.spec import ModelSpec
 
 
@@ -21,8 +22,6 @@ def build_model(spec: ModelSpec) -> nn.Module:
     if spec.model == "mlp":
         return MLP(spec)
     if spec.model not in ("sage", "gcn", "gat"):
-        from cherry.models.registry import build_registered
-
         return build_registered(spec)
     layers: list[nn.Module] = []
     for dims in spec.layer_dims():
@@ -33,3 +32,20 @@ def build_model(spec: ModelSpec) -> nn.Module:
         else:
             layers.append(GATConv(dims.in_dim, dims.head_dim, dims.heads, concat=not dims.is_last))
     return BlockModel(spec, layers)
+
+
+def build_registered(spec) -> nn.Module:
+    """The module of registered model ``spec.model`` (a `cherry.models.ModelSpec`)."""
+    kind, factory = registered_builder(spec.model)
+    if kind == "layer":
+        layers = [factory(dims) for dims in spec.layer_dims()]
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, nn.Module):
+                raise TypeError(f"the layer factory of model {spec.model!r} returned {type(layer).__name__} for "
+                                f"layer {i}; expected a torch.nn.Module called as layer(block, h)")
+        return BlockModel(spec, layers)
+    model = factory(spec)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"the builder of model {spec.model!r} returned {type(model).__name__}; expected a "
+                        "torch.nn.Module called as model(blocks, x)")
+    return model

@@ -47,30 +47,17 @@ def unregister_model(name: str) -> None:
         _BUILDERS.pop(name, None)
 
 
+def registered_builder(name: str) -> tuple[str, Callable]:
+    """``(kind, factory)`` of registered model ``name``: kind ``"model"`` (factory(spec) -> module) or
+    ``"layer"`` (factory(dims) -> one layer, stacked in a `BlockModel` by `cherry.models.build`)."""
+    if name not in _BUILDERS:
+        known_models()
+    return _BUILDERS[name]
+
+
 def known_models() -> tuple[str, ...]:
     """Built-in names, then registered ones (plugins of ``$CHERRY_PLUGINS`` imported first)."""
     from cherry.plugins import load_plugins
 
     load_plugins()
     return BUILTIN_MODELS + tuple(_BUILDERS)
-
-
-def build_registered(spec) -> nn.Module:
-    """The module of registered model ``spec.model`` (a `cherry.models.ModelSpec`)."""
-    from cherry.models.base import BlockModel
-
-    if spec.model not in _BUILDERS:
-        known_models()
-    kind, factory = _BUILDERS[spec.model]
-    if kind == "layer":
-        layers = [factory(dims) for dims in spec.layer_dims()]
-        for i, layer in enumerate(layers):
-            if not isinstance(layer, nn.Module):
-                raise TypeError(f"the layer factory of model {spec.model!r} returned {type(layer).__name__} for "
-                                f"layer {i}; expected a torch.nn.Module called as layer(block, h)")
-        return BlockModel(spec, layers)
-    model = factory(spec)
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"the builder of model {spec.model!r} returned {type(model).__name__}; expected a "
-                        "torch.nn.Module called as model(blocks, x)")
-    return model

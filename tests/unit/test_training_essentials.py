@@ -30,7 +30,7 @@ def test_optimizer_factory_and_spec_keys():
     assert isinstance(sgd, torch.optim.SGD) and sgd.defaults["momentum"] == 0.5
     assert make_optimizer(params, "adam", 0.1, 5e-4).defaults["weight_decay"] == 5e-4
     with pytest.raises(ValueError, match="optimizer must be one of"):
-        make_optimizer(params, "lamb")
+        make_optimizer(params, "lamb", 0.1)
     spec = make_spec(dataset="synth-tiny", optimizer="sgd", weight_decay=5e-4, input_dropout=0.5)
     assert (spec.optimizer, spec.weight_decay, spec.input_dropout) == ("sgd", 5e-4, 0.5)
     for bad in ({"optimizer": "lamb"}, {"weight_decay": -1}, {"input_dropout": 1.0}, {"momentum": 1.0}):
