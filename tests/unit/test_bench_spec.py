@@ -75,7 +75,7 @@ def test_resolve_budget_bytes_is_the_budget_or_the_capacity_less_the_reserve():
     ({"num_microbatches": "many"}, ["num_microbatches", "many"]),
     ({"device": "tpu"}, ["device", "tpu"]),
     ({"dropout": 1.5}, ["dropout", "1.5"]),
-    ({"options": {"ordering": "bfs"}}, ["options/ordering", "bfs"]),
+    ({"options": {"ordering": "spectral"}}, ["options/ordering", "spectral"]),
     ({"options": {"turbo": True}}, ["options", "turbo"]),
     ({"device_memory_bytes": "12 parsecs"}, ["device_memory_bytes", "parsecs"]),
     ({"fanouts": [5]}, ["fanouts", "num_layers=2"]),

@@ -47,7 +47,7 @@ def test_config_errors(synth_tiny):
     with pytest.raises(SpecError, match="batch_size"):
         make_spec(dataset="synth-tiny", num_layers=1, fanouts=(5,), batch_size=-3)
     with pytest.raises(SpecError, match="ordering"):
-        make_spec(dataset="synth-tiny", num_layers=1, fanouts=(5,), batch_size=4, options={"ordering": "bfs"})
+        make_spec(dataset="synth-tiny", num_layers=1, fanouts=(5,), batch_size=4, options={"ordering": "spectral"})
     with pytest.raises(SpecError, match="epochs"):
         make_spec(dataset="synth-tiny", num_layers=1, fanouts=(5,), batch_size=4, epochs=-1)
     with pytest.raises(SpecError, match="lr"):
@@ -111,7 +111,7 @@ def test_train_cli_crosses_the_memory_wall(synth_tiny, data_root, tmp_path, caps
     (["--hidden", "x"], "cherry: error: --hidden: expected an integer, got 'x'"),
     (["--layers", "3"], "cherry: error: --fanouts: [5, 10] has 2 values for num_layers=3"),
     (["--epochs", "0"], "cherry: error: --epochs: expected an integer >= 1"),
-    (["--ordering", "bfs"], "cherry: error: argument --ordering: invalid choice: 'bfs'"),
+    (["--ordering", "spectral"], "cherry: error: argument --ordering: invalid choice: 'spectral'"),
     (["--bogus", "1"], "cherry: error: unrecognized arguments: --bogus 1"),
 ])
 def test_train_cli_bad_options_give_one_line_errors(args, message, data_root, capsys):
