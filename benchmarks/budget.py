@@ -5,7 +5,7 @@ capacity raises the out-of-memory a GPU would). Configurations rotate over the d
 bench planner` and the generated datasets, the models (SAGE mean/pool/lstm, GCN, GAT), 2 and 3 layers,
 and sampled and all-neighbour fanouts, plus two deep all-neighbour models (4 layers, GAT and SAGE, on
 the geometric graph: the memory wall where K alone stops); each runs at capacities from below "one seed barely fits"
-(recomputation's range, where it is priced to save more than 15%) up to "K = 1 fits", measured on the configuration's first batch (its peak at K = 1 and at one seed per micro-batch, with no capacity). Each capacity trains ``--steps``
+(recomputation's range, where it is priced to save more than 15%) up to "K = 1 fits", measured over all the batches the run trains (the peak at one seed per micro-batch of the batch with the largest single seed, and at K = 1 of the largest batch, with no capacity). Each capacity trains ``--steps``
 steps of fresh batches with the `Trainer` of ``cherry train`` (automatic K, budget = capacity less the
 run spec's reserve). Per configuration it reports:
 - ``abort``: steps that ran out of memory and could not be recovered; target 0; ``refused``: steps
@@ -113,30 +113,41 @@ def _peak_of(trainer, memory, blocks) -> int:
 
 
 def reference_capacities(dataset, config, args) -> dict[str, int]:
-    """Capacities of `CAPACITY_POINTS` from the first batch, measured with no capacity: its peak at
-    K = 1 and at K = its seeds; recomputation's saving priced on its largest seed."""
+    """Capacities of `CAPACITY_POINTS` over every batch the run will train (the same seeds and the same
+    sampling generator as `run_capacity`), measured with no capacity: "seed" is the peak of the batch
+    whose largest single seed is priced highest, at one seed per micro-batch, so that one seed barely
+    fits on *every* batch of the run (a capacity from the first batch alone let later hub seeds abort);
+    "whole" is the peak at K = 1 of the batch priced largest; recomputation's saving is priced on the
+    run's largest seed."""
     from cherry.memory import DeviceMemory
     from cherry.planning import BatchShape
     from cherry.sampling import slice_blocks
     from cherry.spec import BUDGET_RESERVE_FRACTION
 
-    from cherry.sampling import NeighborSampler
-
-    seeds = _batches(dataset, args, 1)[0]
-    # sampled and sliced before the tracker starts: in a run the loader's thread does this unseen
-    blocks = NeighborSampler(dataset.graph, list(config.fanouts)).sample(seeds, torch.Generator().manual_seed(args.seed))
-    singles = [slice_blocks(blocks, torch.tensor([i])) for i in range(blocks.num_seeds)]
     with DeviceMemory("cpu", None) as memory:
         trainer = _trainer(dataset, config, args, None, memory)
-        trainer.executor.options = dataclasses.replace(trainer.executor.options, num_microbatches=1)
-        whole = _peak_of(trainer, memory, blocks)
+        gen = torch.Generator().manual_seed(args.seed + 2)  # as run_capacity samples, with its sampler
+        # (sampling is not measured: each peak below is reset first, as the loader's thread is unseen)
+        batches = [trainer.sampler.sample(seeds, gen) for seeds in _batches(dataset, args, args.steps)]
         mm = trainer.memory_model
-        ranked = sorted(range(len(singles)), key=lambda i: -mm.activation_bytes(BatchShape.of(singles[i])))
-        # the whole batch at one seed per micro-batch (every micro-batch's index buffers are resident)
-        trainer.executor.options = dataclasses.replace(trainer.executor.options, num_microbatches=blocks.num_seeds)
-        seed_peak = _peak_of(trainer, memory, blocks)
-        top = BatchShape.of(singles[ranked[0]])
-        saving = mm.activation_bytes(top, True) / max(mm.activation_bytes(top, False), 1.0)
+        top_seed, top_seed_batch, top_seed_bytes = None, None, -1.0
+        whole_batch, whole_bytes = None, -1.0
+        for blocks in batches:
+            total = mm.activation_bytes(BatchShape.of(blocks))
+            if total > whole_bytes:
+                whole_batch, whole_bytes = blocks, total
+            for i in range(blocks.num_seeds):
+                single = BatchShape.of(slice_blocks(blocks, torch.tensor([i])))
+                est = mm.activation_bytes(single)
+                if est > top_seed_bytes:
+                    top_seed, top_seed_batch, top_seed_bytes = single, blocks, est
+        trainer.executor.options = dataclasses.replace(trainer.executor.options, num_microbatches=1)
+        whole = _peak_of(trainer, memory, whole_batch)
+        # the batch at one seed per micro-batch (every micro-batch's index buffers are resident)
+        trainer.executor.options = dataclasses.replace(trainer.executor.options,
+                                                       num_microbatches=top_seed_batch.num_seeds)
+        seed_peak = _peak_of(trainer, memory, top_seed_batch)
+        saving = mm.activation_bytes(top_seed, True) / max(mm.activation_bytes(top_seed, False), 1.0)
         trainer.close()
     keep = 1 - BUDGET_RESERVE_FRACTION
     seed_cap, whole_cap = seed_peak / keep * 1.1, whole / keep * 1.05

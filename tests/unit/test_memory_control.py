@@ -196,3 +196,30 @@ def test_bench_budget_rows_report_the_targets():
     assert row["k_over_smallest_median"] >= 1.0
     assert budget.format_row(row).startswith("chung-lu/sage-mean/L2/5,10")
     assert budget.summary([row])["aborted_steps"] == 0
+
+
+def test_bench_budget_seed_capacity_covers_every_batch_of_the_run():
+    """`cherry bench budget`'s "one seed barely fits" capacity holds every batch the run trains at one
+    seed per micro-batch (measured on the run's own batches, not only its first one)."""
+    import argparse
+    import dataclasses as dc
+
+    from benchmarks.budget import Config, _batches, _dataset, _peak_of, _trainer, reference_capacities
+    from cherry.memory import DeviceMemory
+    from cherry.spec import BUDGET_RESERVE_FRACTION
+
+    args = argparse.Namespace(seed=0, steps=3, batch_size=16, hidden=8, root=None)
+    config = Config("barabasi-albert", "sage", "mean", 2, (3, -1))
+    dataset = _dataset(config.graph, 300, None, 0)
+    caps = reference_capacities(dataset, config, args)
+    with DeviceMemory("cpu", None) as memory:
+        trainer = _trainer(dataset, config, args, None, memory)
+        gen = torch.Generator().manual_seed(args.seed + 2)
+        peaks = []
+        for seeds in _batches(dataset, args, args.steps):
+            blocks = trainer.sampler.sample(seeds, gen)
+            trainer.executor.options = dc.replace(trainer.executor.options, num_microbatches=blocks.num_seeds)
+            peaks.append(_peak_of(trainer, memory, blocks))
+        trainer.close()
+    assert len(set(peaks)) > 1  # the batches differ, so a first-batch capacity could miss
+    assert max(peaks) <= caps["seed"] * (1 - BUDGET_RESERVE_FRACTION)
