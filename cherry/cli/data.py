@@ -101,7 +101,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                         help="datasets directory (default: $CHERRY_DATA, else <repository>/data)")
     parser.add_argument("--scale", type=float, default=None,
                         help="generated datasets only: size relative to the real graph, in (0, 1] "
-                             "(synth-products defaults to 0.1)")
+                             "(synth-products defaults to 0.1, synth-papers to 0.001)")
 
 
 def register(subparsers) -> None:
