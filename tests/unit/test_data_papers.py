@@ -61,7 +61,9 @@ def test_prepare_and_load_without_ogb_under_rss_ceiling(tmp_path):
     assert int(match.group(1)) * 2**20 <= ceiling_bytes
     if child_peak_bytes > 0:
         assert child_peak_bytes <= ceiling_bytes
-        assert abs(child_peak_bytes / 2**20 - int(match.group(1))) <= 2  # the printed figure is true
+        # The printed figure is true: taken just before exit, so at most the child's final peak and
+        # close to it (interpreter teardown may still add a little).
+        assert int(match.group(1)) - 1 <= child_peak_bytes / 2**20 <= int(match.group(1)) + 64
 
     from cherry.data.datasets import load_dataset
 
