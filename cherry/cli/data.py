@@ -64,12 +64,21 @@ def _terminate_cleanly():
         signal.signal(signal.SIGTERM, previous)
 
 
+def _peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (issue 26: prepare reports its memory high-water
+    mark, so a bounded conversion can be checked against a host's limit). Linux reports KiB."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
 def _prepare(args: argparse.Namespace) -> int:
     progress = _ProgressLines()
     with _terminate_cleanly():
         cache_dir = prepare_dataset(args.name, root=args.root, scale=args.scale, force=args.force,
                                     progress=progress)
-    print(f"[{progress.elapsed_s():7.1f}s] {args.name} ready", file=sys.stderr, flush=True)
+    print(f"[{progress.elapsed_s():7.1f}s] {args.name} ready (peak resident memory "
+          f"{_peak_rss_bytes() / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
     print(cache_dir)
     return 0
 
@@ -92,7 +101,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                         help="datasets directory (default: $CHERRY_DATA, else <repository>/data)")
     parser.add_argument("--scale", type=float, default=None,
                         help="generated datasets only: size relative to the real graph, in (0, 1] "
-                             "(synth-products defaults to 0.1)")
+                             "(synth-products defaults to 0.1, synth-papers to 0.001)")
 
 
 def register(subparsers) -> None:
