@@ -66,10 +66,20 @@ def _terminate_cleanly():
 
 def _peak_rss_bytes() -> int:
     """This process's peak resident set size so far (issue 26: prepare reports its memory high-water
-    mark, so a bounded conversion can be checked against a host's limit). Linux reports KiB."""
+    mark, so a bounded conversion can be checked against a host's limit).
+
+    Linux's ``VmHWM`` first: ``getrusage``'s ``ru_maxrss`` survives ``execve`` and so includes the RSS of
+    the parent that forked this process (a large test runner's, for example), which is not ours."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
     import resource
 
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
 def _prepare(args: argparse.Namespace) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -42,14 +41,23 @@ sys.exit(main(["data", "prepare", "synth-papers", "--root", sys.argv[1], "--scal
 """
 
 
+# The child's peak is measured by a small parent of its own: a process's ru_maxrss survives execve, so a
+# child forked straight from this (large) test process would report this process's resident size.
+_MEASURE = """
+import resource, subprocess, sys
+proc = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stderr.write(proc.stderr)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(proc.returncode)
+"""
+
+
 def _prepare_in_child(root: Path) -> tuple[subprocess.CompletedProcess, int]:
     env = dict(os.environ, PYTHONPATH=str(REPO), CHERRY_NO_EXT="1", OMP_NUM_THREADS="1")
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    proc = subprocess.run([sys.executable, "-c", _PREPARE_WITHOUT_OGB, str(root), str(SCALE)],
-                          env=env, capture_output=True, text=True, timeout=120)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # RUSAGE_CHILDREN is the max over all waited-for children: only a rise is this child's own peak.
-    return proc, (after * 1024 if after > before else -1)
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, sys.executable, "-c", _PREPARE_WITHOUT_OGB, str(root),
+                           str(SCALE)], env=env, capture_output=True, text=True, timeout=120)
+    lines = proc.stdout.split()
+    return proc, (int(lines[-1]) * 1024 if lines else -1)  # KiB on Linux
 
 
 def test_prepare_and_load_without_ogb_under_rss_ceiling(tmp_path):

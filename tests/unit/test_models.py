@@ -212,7 +212,7 @@ def test_layer_matches_per_destination_definition(conv):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        (dict(model="gin"), "model must be one of"),
+        (dict(model="no_such_model"), "model must be one of"),
         (dict(model="gcn", aggr="mean"), "aggr is only for model 'sage'"),
         (dict(model="gat", aggr="lstm"), "aggr is only for model 'sage'"),
         (dict(model="sage", aggr="max"), "aggr must be one of"),
