@@ -42,7 +42,12 @@ def cache_gather(slot_of: torch.Tensor, cache: torch.Tensor, host: torch.Tensor,
     return _cache_gather(slot_of, cache, host, nodes)
 
 
+def _has_native_op() -> bool:
+    """The extension is in use and has this op (a build older than these sources has not)."""
+    return extension_available() and hasattr(torch.ops.cherry, "cache_gather")
+
+
 def _cache_gather(slot_of: torch.Tensor, cache: torch.Tensor, host: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
-    if cache.device.type in ("cpu", "cuda") and extension_available() and host.is_contiguous():
+    if cache.device.type in ("cpu", "cuda") and host.is_contiguous() and _has_native_op():
         return torch.ops.cherry.cache_gather(slot_of, cache, host, nodes)
     return ref.cache_gather(slot_of, cache, host, nodes)
