@@ -53,12 +53,17 @@ def reference_bytes(dataset, args) -> tuple[int, int]:
     return peak, dataset.features.numel() * dataset.features.element_size()
 
 
-def capacities(k1_bytes: int, feature_bytes: int) -> dict[str, int]:
+def capacities(k1_bytes: int, feature_bytes: int, num_rows: int) -> dict[str, int]:
     """Three emulated capacities (budget = capacity less the spec's reserve)."""
     from cherry.spec import BUDGET_RESERVE_FRACTION
+    from cherry.systems.table import system_entry
 
-    budgets = {"roomy": k1_bytes + int(1.1 * feature_bytes), "mid": int(0.6 * k1_bytes + 0.3 * feature_bytes),
-               "tight": int(0.45 * k1_bytes)}
+    # roomy: the K = 1 micro-batch and every row (plus the 8-byte slot index per row) within the
+    # planner's limit, budget * (1 - safety)
+    limit = 1 - system_entry("cherry").option_defaults["safety"]
+    index_bytes = 8 * num_rows
+    budgets = {"roomy": int((k1_bytes + 1.05 * feature_bytes + index_bytes) / limit),
+               "mid": int(0.6 * k1_bytes + 0.3 * feature_bytes), "tight": int(0.45 * k1_bytes)}
     return {name: int(b / (1 - BUDGET_RESERVE_FRACTION)) + 1 for name, b in budgets.items()}
 
 
@@ -158,6 +163,7 @@ def plot(rows: list[dict], png: str, title: str) -> None:
 
     ok = [r for r in rows if r["status"] == "ok" and r["cache_share"] is not None]
     fig, axes = grid(1, 2)
+    axes = axes[0]
     shares = [r["cache_share"] for r in ok]
     axes[0].plot(shares, [r["bytes_per_epoch"] / 2**20 for r in ok], marker="o", color="#c0392b")
     axes[0].set_xlabel("feature cache / budget")
@@ -181,7 +187,7 @@ def run(args) -> int:
     prepare_dataset(args.dataset, args.root, scale=args.scale)
     dataset = load_dataset(args.dataset, args.root, scale=args.scale)
     k1, feature_bytes = reference_bytes(dataset, args)
-    caps = capacities(k1, feature_bytes)
+    caps = capacities(k1, feature_bytes, dataset.features.shape[0])
     print(f"cherry bench cache: {args.dataset} (scale {args.scale}), {dataset.features.shape[0]} rows x "
           f"{dataset.features.shape[1]} features = {_mib(feature_bytes)} MiB, batch {args.batch_size}, fanouts "
           f"{','.join(map(str, args.fanouts))}, hidden {args.hidden}, {args.steps} steps of epoch 0; K=1 estimate "

@@ -170,3 +170,34 @@ def test_auto_prices_every_size_within_the_budget(dataset):
                                      zip(plan.candidates, plan.candidates[1:])))  # more cache, fewer misses
         result = trainer.run_epoch(0)
     assert result.measured_peak_bytes <= spec.device_memory_bytes
+
+
+def test_cherry_train_reports_the_cache_and_its_traffic(synth_tiny, data_root, tmp_path, capsys):
+    import json
+
+    from cherry.cli import main
+
+    out = tmp_path / "run.json"
+    assert main(["train", "--dataset", "synth-tiny", "--root", str(data_root), "--hidden", "16", "--fanouts", "4,4",
+                 "--batch-size", "256", "--max-steps-per-epoch", "2", "--no-eval", "--quiet",
+                 "--feature-cache", "none", "--json", str(out)]) == 0
+    summary = json.loads(out.read_text())
+    assert summary["feature_cache"]["mode"] == NONE and summary["spec"]["options"]["feature_cache"] == NONE
+    steps = summary["step_feature_bytes_moved"]
+    assert len(steps) == 2 and all(b > 0 for b in steps)
+    assert summary["epochs"][0]["feature_bytes_moved"] == sum(steps)
+    assert summary["epochs"][0]["feature_hit_rate"] == 0.0
+    assert "feature cache: none" in capsys.readouterr().out
+
+
+def test_bench_cache_capacities_and_figure(tmp_path):
+    from benchmarks.feature_cache import capacities, plot
+
+    caps = capacities(k1_bytes=40 << 20, feature_bytes=50 << 20, num_rows=100_000)
+    assert caps["roomy"] * 0.9 * 0.9 >= (40 << 20) + (50 << 20) + 800_000  # all rows fit beside K = 1
+    assert caps["roomy"] > caps["mid"] > caps["tight"]
+    rows = [{"status": "ok", "cache_share": s, "bytes_per_epoch": b, "k_max": k}
+            for s, b, k in ((0.0, 9 << 20, 2), (0.2, 4 << 20, 2), (0.5, 0, 3))] + \
+           [{"status": "oom", "cache_share": 0.9, "bytes_per_epoch": None, "k_max": None}]
+    plot(rows, str(tmp_path / "cache.png"), "toy")
+    assert (tmp_path / "cache.png").stat().st_size > 1000
