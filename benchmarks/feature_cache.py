@@ -74,18 +74,22 @@ def train_once(dataset, spec, cache_rows: int | None = None) -> dict:
     from cherry.execution.feature_cache import FeatureCache
     from cherry.memory import DeviceMemory
     from cherry.planning.residency import ALL, CACHE, NONE, ResidencyPlan, hot_order
+    from cherry.sampling import spec_seed_batches
+    from cherry.spec import resolve_budget_bytes
 
     row = {"status": "ok"}
     times, steps = [], []
+    plan = None
     with DeviceMemory("cpu", spec.device_memory_bytes) as memory:
         trainer = None
         try:
-            trainer = Trainer(dataset, spec, memory=memory)
-            if cache_rows is not None:
+            if cache_rows is not None:  # what is forced, also when it does not fit
                 n, f = dataset.features.shape
                 mode = ALL if cache_rows == n else CACHE if cache_rows else NONE
-                plan = ResidencyPlan(mode, cache_rows, n, f * dataset.features.element_size(), trainer.budget_bytes,
-                                     "forced by the benchmark")
+                plan = ResidencyPlan(mode, cache_rows, n, f * dataset.features.element_size(),
+                                     resolve_budget_bytes(spec), "forced by the benchmark")
+            trainer = Trainer(dataset, spec, memory=memory)
+            if cache_rows is not None:
                 trainer.executor.set_feature_cache(FeatureCache(trainer.data.features, plan,
                                                                 hot_order(dataset.graph.indptr), "cpu", memory))
                 trainer.residency = plan
@@ -99,7 +103,7 @@ def train_once(dataset, spec, cache_rows: int | None = None) -> dict:
         finally:
             if trainer is not None:
                 trainer.close()
-    plan = trainer.residency if trainer is not None else None
+    plan = trainer.residency if trainer is not None and cache_rows is None else plan
     moved = [s.feature_bytes_moved for s in steps]
     read = sum(s.feature_rows_read for s in steps)
     row.update({
@@ -108,7 +112,7 @@ def train_once(dataset, spec, cache_rows: int | None = None) -> dict:
         "k_max": max((s.num_microbatches for s in steps), default=None),
         "k_mean": statistics.fmean(s.num_microbatches for s in steps) if steps else None,
         "bytes_per_step": statistics.fmean(moved) if moved else None,
-        "bytes_per_epoch": sum(moved) if len(steps) == len(trainer.epoch_batches(0)) else None,
+        "bytes_per_epoch": sum(moved) if len(steps) == len(spec_seed_batches(spec, dataset.train_idx, 0)) else None,
         "hit_rate": 1 - sum(s.feature_rows_missed for s in steps) / read if read else None,
         "step_s_median": statistics.median(times) if times else None,
         "step_s_p10": _quantile(times, 0.1), "step_s_p90": _quantile(times, 0.9),
@@ -158,7 +162,7 @@ def sweep(dataset, args, capacity_bytes: int) -> list[dict]:
     return rows
 
 
-def plot(rows: list[dict], png: str, title: str) -> None:
+def plot(rows: list[dict], png: str, title: str, chosen_share: float | None = None) -> None:
     from cherry.report.plotting import grid, save_figure
 
     ok = [r for r in rows if r["status"] == "ok" and r["cache_share"] is not None]
@@ -172,9 +176,17 @@ def plot(rows: list[dict], png: str, title: str) -> None:
     axes[1].set_xlabel("feature cache / budget")
     axes[1].set_ylabel("K (micro-batches per step, max)")
     for r in rows:
-        if r["status"] != "ok":
-            axes[1].annotate("oom", (r["cache_share"] or 0, 0))
+        if r["status"] != "ok" and r["cache_share"] is not None:
+            for ax in axes:
+                ax.axvline(r["cache_share"], color="#7f8c8d", linestyle=":")
+                ax.annotate("out of memory", (r["cache_share"], 0.5), xycoords=("data", "axes fraction"),
+                            rotation=90, ha="right", fontsize=8, color="#7f8c8d")
+    if chosen_share is not None:
+        for ax in axes:
+            ax.axvline(chosen_share, color="#229954", linestyle="--", label="planner's choice")
+        axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
     save_figure(fig, png, None)
 
 
@@ -203,8 +215,11 @@ def run(args) -> int:
     swept = []
     if args.figure:
         swept = sweep(dataset, args, caps["mid"])
-        plot(swept, args.figure, f"{args.dataset} scale {args.scale}, batch {args.batch_size}, capacity "
-                                 f"{_mib(caps['mid'])} MiB (emulated)")
+        chosen = next((r["cache_share"] for r in rows if r["mode"] == "degree" and r["capacity_bytes"] == caps["mid"]),
+                      None)
+        plot(swept, args.figure, f"{args.dataset} scale {args.scale}, batch {args.batch_size}, fanouts "
+                                 f"{','.join(map(str, args.fanouts))}, capacity {_mib(caps['mid'])} MiB (emulated)",
+             chosen)
         print(f"figure: {args.figure}")
     if args.json:
         write_json_atomic(args.json, {"args": {k: v for k, v in vars(args).items() if not k.startswith("_") and k != "func"},

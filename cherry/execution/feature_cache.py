@@ -3,7 +3,7 @@
 `FeatureCache(features, plan, order, device)` holds the rows a `cherry.planning.residency.ResidencyPlan`
 keeps on the device: ``cache`` [C, F] (the ``C`` hottest rows of ``order``), ``slot_of`` [N] (each
 row's slot, -1 for a miss) on the device, and the host table the misses are read from. On a GPU the
-host table is pinned in place (``cudaHostRegister``, no second copy) and `gather` is one
+host table is pinned (`pin_in_place`) and `gather` is one
 ``cherry::cache_gather`` launch: hits from the cache, misses read through the table's mapped address
 (UVA, zero-copy) on the current stream (the executor's prefetch stream). On the CPU the device is
 emulated: the cache's storage is counted by the run's `DeviceMemory` (its capacity is shared with the
@@ -24,18 +24,11 @@ from cherry.planning.residency import ALL, ResidencyPlan, slot_map
 
 
 def pin_in_place(table: torch.Tensor) -> torch.Tensor:
-    """``table`` page-locked for the device to read through its mapped address: registered in place
-    when the driver allows (no copy), else a pinned copy. Already pinned: itself."""
-    if table.is_pinned():
-        return table
-    table = table.contiguous()
-    try:
-        err = torch.cuda.cudart().cudaHostRegister(table.data_ptr(), table.numel() * table.element_size(), 0)
-        if int(err) == 0 and table.is_pinned():
-            return table
-    except (RuntimeError, AttributeError):
-        pass
-    return table.pin_memory()
+    """``table`` in page-locked host memory, which the device reads through its mapped address (UVA):
+    itself when already pinned, else a pinned copy. (Registering the pages in place with
+    ``cudaHostRegister`` would save the copy, but a refused registration leaves a CUDA error that the
+    next kernel launch check reports; the copy is the safe way until that is handled.)"""
+    return table if table.is_pinned() else table.contiguous().pin_memory()
 
 
 class FeatureCache:
