@@ -170,6 +170,10 @@ def add_ordering_option(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--ordering", dest="ordering", choices=ORDERINGS, default=argparse.SUPPRESS,
                    help="seed ordering for locality (default: the cherry system's option)")
+
+
+def add_feature_cache_option(p: argparse.ArgumentParser) -> None:
+    """``--feature-cache``: cherry's feature residency option (``options.feature_cache`` of the spec)."""
     from cherry.planning.residency import RESIDENCY_MODES
 
     p.add_argument("--feature-cache", dest="feature_cache", choices=RESIDENCY_MODES, default=argparse.SUPPRESS,
