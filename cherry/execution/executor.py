@@ -15,6 +15,12 @@ handed to the compute stream with an event wait and ``record_stream`` (no host w
 gradients are added with one ``_foreach_add_``; the memory statistics are read once per
 micro-batch window (host-side allocator counters on a GPU).
 
+Input features: read through the run's device feature cache when it has one (`set_feature_cache`,
+`cherry.execution.feature_cache`: hits from the device, misses from host memory), else gathered from
+the host table. Every step counts the rows its gathers read and those moved host-to-device
+(`StepStats.feature_*`), following the GPU's staging rule on every device, from host index tensors
+only, so a CPU run counts the bytes a GPU run of the same budget moves.
+
 Dropout: before a step's first micro-batch the model's `NodeDropout` layers get that step's seed
 (``options.dropout_seed`` and the executor's step count), so every micro-batch of the step applies
 the same mask to the same node and the accumulated gradient is the mini-batch's with dropout too.
@@ -129,7 +135,7 @@ class StepStats:
     measured_peak_bytes: Optional[int]
     redundancy: tuple[float, ...]
     recompute: bool = False  # micro-batches ran with per-layer activation recomputation
-    # input-feature traffic, counted as a GPU run moves it (`_count_traffic`): rows read by the step's
+    # input-feature traffic, counted as a GPU run moves it (`_rows_moved`): rows read by the step's
     # gathers, those of them not on the device (misses), and the misses' bytes moved host-to-device
     feature_rows_read: int = 0
     feature_rows_missed: int = 0

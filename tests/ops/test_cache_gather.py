@@ -108,3 +108,11 @@ def test_cuda_feature_cache_in_a_step_is_exact():
     assert b.feature_rows_missed < b.feature_rows_read
     for ga, gb in zip(base.executor.gradients(), cached.executor.gradients()):
         torch.testing.assert_close(ga, gb)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path of the gpu-check section")
+def test_gpu_microbenchmark_says_it_measured_nothing_without_a_gpu(capsys):
+    from benchmarks.cache_gather_gpu import main
+
+    assert main(["--rows", "10"]) == 0
+    assert "no CUDA device" in capsys.readouterr().out
