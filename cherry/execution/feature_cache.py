@@ -54,7 +54,12 @@ class FeatureCache:
             cache = features.index_select(0, order[:plan.cache_rows].to(features.device))
         self.cache = cache.to(self.device)
         self.slot_of = self.slot_of_host.to(self.device)
-        self.host = features if on_cpu or features.device.type != "cpu" else pin_in_place(features)
+        if on_cpu or features.device.type != "cpu":
+            self.host = features
+        elif plan.mode == ALL:  # every read is a hit: the cache (N rows) stands in for the host table
+            self.host = self.cache
+        else:
+            self.host = pin_in_place(features)
         register = getattr(memory, "register_external", None)
         if register is not None and on_cpu:  # the emulated device holds the cache and its index
             register([self.cache, self.slot_of])
