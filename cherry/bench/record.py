@@ -60,6 +60,8 @@ class RunMeasurements:
     final_accuracy: Optional[dict] = None  # {"train", "valid", "test"} after the last evaluation
     construction: Optional[str] = None  # where micro-batches were built (a system that reports it)
     ordering: Optional[str] = None  # the seed ordering used (a system that reports it)
+    feature_cache: Optional[dict] = None  # ResidencyPlan.as_dict() (a system that reports it)
+    steps_per_epoch: Optional[int] = None  # the spec's steps in one epoch (for per-epoch traffic)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -241,7 +243,25 @@ def build_record(spec: RunSpec, m: RunMeasurements, prov: Optional[dict] = None)
         "train_acc": _num(acc.get("train")), "valid_acc": _num(acc.get("valid")), "test_acc": _num(acc.get("test")),
         "construction": m.construction, "ordering": m.ordering,
     })
+    record.update(_traffic_columns(m, measured))
     return record
+
+
+def _traffic_columns(m: RunMeasurements, measured: Sequence[StepOutcome]) -> dict[str, Any]:
+    """Input-feature residency and host-to-device traffic (null for a system that counts none)."""
+    cache = m.feature_cache or {}
+    moved = [o.feature_bytes_moved for o in m.step_outcomes]
+    counted = [o for o in measured if o.feature_bytes_moved is not None]
+    mean = statistics.fmean(o.feature_bytes_moved for o in counted) if counted else None
+    read = sum(o.feature_rows_read or 0 for o in counted)
+    return {
+        "feature_cache_mode": cache.get("mode"), "feature_cache_rows": cache.get("cache_rows"),
+        "feature_cache_bytes": cache.get("cache_bytes"), "feature_cache_budget_share": _num(cache.get("budget_share")),
+        "feature_h2d_bytes_steps": [None if v is None else int(v) for v in moved],
+        "feature_h2d_bytes_per_step_mean": _num(mean),
+        "feature_h2d_bytes_per_epoch": _num(mean * m.steps_per_epoch) if mean is not None and m.steps_per_epoch else None,
+        "feature_cache_hit_rate": _num(1 - sum(o.feature_rows_missed or 0 for o in counted) / read) if read else None,
+    }
 
 
 def record_columns() -> tuple[str, ...]:

@@ -74,6 +74,8 @@ class _Progress:
     estimator_errors: tuple = ()
     construction: Optional[str] = None
     ordering: Optional[str] = None
+    feature_cache: Optional[dict] = None
+    steps_per_epoch: Optional[int] = None
 
 
 class _Deadline:
@@ -208,6 +210,7 @@ class _Run:
         t0 = time.perf_counter()
         dataset = load_dataset(spec.dataset, spec.root)
         p.load_s = time.perf_counter() - t0
+        p.steps_per_epoch = len(spec_seed_batches(spec, dataset.train_idx, 0))
         t0 = time.perf_counter()
         cls.preprocess(dataset, spec)
         p.preprocess_s = time.perf_counter() - t0
@@ -223,6 +226,7 @@ class _Run:
                 p.num_parameters = getattr(system, "num_parameters", None)
                 p.construction = getattr(system, "construction", None)
                 p.ordering = getattr(system, "ordering", None)
+                p.feature_cache = getattr(system, "feature_cache", None)
                 self._train(system, probe, dataset)
             finally:
                 p.peak_tracked_bytes = memory.run_peak_bytes()
@@ -303,7 +307,8 @@ def execute(spec: RunSpec, out_path: str, log: Callable[[str], None]) -> int:
         epoch_valid_acc=tuple(p.epoch_acc["valid"]), epoch_test_acc=tuple(p.epoch_acc["test"]),
         epoch_eval_s=tuple(p.epoch_eval_s), final_accuracy=p.final_accuracy,
         construction=p.construction,
-        ordering=p.ordering,
+        ordering=p.ordering, feature_cache=p.feature_cache,
+        steps_per_epoch=p.steps_per_epoch,
     )
     record = build_record(spec, m)
     validate_record(record)

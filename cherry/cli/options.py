@@ -172,6 +172,15 @@ def add_ordering_option(p: argparse.ArgumentParser) -> None:
                    help="seed ordering for locality (default: the cherry system's option)")
 
 
+def add_feature_cache_option(p: argparse.ArgumentParser) -> None:
+    """``--feature-cache``: cherry's feature residency option (``options.feature_cache`` of the spec)."""
+    from cherry.planning.residency import RESIDENCY_MODES
+
+    p.add_argument("--feature-cache", dest="feature_cache", choices=RESIDENCY_MODES, default=argparse.SUPPRESS,
+                   help="input features on the device (options.feature_cache): auto (a cache of the hottest rows "
+                        "sized with K, all rows when they fit), none, all (default: the cherry system's option)")
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -242,8 +251,9 @@ def spec_from_args(args: argparse.Namespace, parser: Optional[argparse.ArgumentP
         for key in spec_properties():
             if key in given:
                 data[key] = _convert(key, given[key])
-        if "ordering" in given:
-            data["options"] = {**data.get("options", {}), "ordering": given["ordering"]}
+        for option in ("ordering", "feature_cache"):  # cherry's options with their own flags
+            if option in given:
+                data["options"] = {**data.get("options", {}), option: given[option]}
         data.update(fixed)
         return spec_from_dict(data)
     except SpecError as exc:

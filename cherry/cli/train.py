@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict
 from typing import Callable
 
-from cherry.cli.options import add_ordering_option, add_spec_options, spec_from_args
+from cherry.cli.options import add_feature_cache_option, add_ordering_option, add_spec_options, spec_from_args
 from cherry.errors import EXIT_OOM, LossDiverged, ResultKept, check_loss, cut, fault_line, write_json_keeping
 from cherry.memory import format_size
 from cherry.spec import RunSpec
@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train with exact micro-batching under a memory budget")
     add_spec_options(p)
     add_ordering_option(p)
+    add_feature_cache_option(p)
     p.add_argument("--no-eval", dest="evaluate", action="store_const", const="false", default=argparse.SUPPRESS,
                    help="skip the layer-wise evaluation after each epoch (= --evaluate false)")
     p.add_argument("--json", default=None, metavar="OUT", help="write a JSON summary here")
@@ -96,7 +97,8 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world, sa
     from cherry.ops import extension_status
 
     summary: dict = {"spec": spec.to_dict(), "status": "ok", "reason": None, "epochs": [],
-                     "nproc": world.world_size if world else 1, "rank": world.rank if world else 0, "step_losses": []}
+                     "nproc": world.world_size if world else 1, "rank": world.rank if world else 0, "step_losses": [],
+                     "step_feature_bytes_moved": []}
     dataset = load_dataset(spec.dataset, spec.root)
     with DeviceMemory(spec.device, spec.device_memory_bytes) as memory:
         if world is None:
@@ -109,6 +111,10 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world, sa
         summary["native_ops"] = extension_status()
         summary["construction"] = trainer.construction.as_dict()
         echo(f"construction: {trainer.construction.where} ({trainer.construction.reason})")
+        summary["feature_cache"] = trainer.residency.as_dict()
+        echo(f"feature cache: {trainer.residency.mode}, {trainer.residency.cache_rows} of "
+             f"{trainer.residency.num_rows} rows, {format_size(trainer.residency.cache_bytes)} "
+             f"({trainer.residency.reason})")
         saver = None
         try:
             start = 0
@@ -128,6 +134,7 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world, sa
 
                 def on_step(stats, bar=bar, epoch=epoch):
                     summary["step_losses"].append(stats.loss)
+                    summary["step_feature_bytes_moved"].append(stats.feature_bytes_moved)
                     check_loss(stats.loss, len(summary["step_losses"]), epoch)
                     bar.update(1)
                     bar.set_postfix(loss=f"{stats.loss:.4f}", K=stats.num_microbatches)
@@ -142,7 +149,8 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world, sa
                 echo(f"epoch {epoch}: loss={result.loss:.4f} train_acc={result.train_acc:.4f} "
                      f"valid_acc={result.valid_acc:.4f} K={result.max_microbatches} "
                      f"peak={format_size(peak) if peak else 'n/a'} est={format_size(result.estimated_peak_bytes)} "
-                     f"K_changes={result.k_changes} recompute={result.recompute_steps}/{result.num_steps}")
+                     f"K_changes={result.k_changes} recompute={result.recompute_steps}/{result.num_steps} "
+                     f"h2d={format_size(result.feature_bytes_moved)} hit={result.feature_hit_rate:.3f}")
         except torch.OutOfMemoryError as exc:
             summary.update(status="oom", reason=str(exc).splitlines()[0])
         except BaseException as exc:  # the epochs done are kept: the caller writes them, then reports exc

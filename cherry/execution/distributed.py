@@ -188,6 +188,9 @@ class DistributedTrainer(Trainer):
             estimated_peak_bytes=max(per_rank[3]), measured_peak_bytes=max(known) if known else None,
             redundancy=stats.redundancy if stats is not None else (),
             recompute=bool(stats.recompute) if stats is not None else False,  # this rank's
+            feature_rows_read=stats.feature_rows_read if stats is not None else 0,  # this rank's traffic
+            feature_rows_missed=stats.feature_rows_missed if stats is not None else 0,
+            feature_bytes_moved=stats.feature_bytes_moved if stats is not None else 0,
         )
 
     def evaluate(self) -> dict[str, float]:

@@ -15,6 +15,12 @@ handed to the compute stream with an event wait and ``record_stream`` (no host w
 gradients are added with one ``_foreach_add_``; the memory statistics are read once per
 micro-batch window (host-side allocator counters on a GPU).
 
+Input features: read through the run's device feature cache when it has one (`set_feature_cache`,
+`cherry.execution.feature_cache`: hits from the device, misses from host memory), else gathered from
+the host table. Every step counts the rows its gathers read and those moved host-to-device
+(`StepStats.feature_*`), following the GPU's staging rule on every device, from host index tensors
+only, so a CPU run counts the bytes a GPU run of the same budget moves.
+
 Dropout: before a step's first micro-batch the model's `NodeDropout` layers get that step's seed
 (``options.dropout_seed`` and the executor's step count), so every micro-batch of the step applies
 the same mask to the same node and the accumulated gradient is the mini-batch's with dropout too.
@@ -41,12 +47,14 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from cherry.execution.feature_cache import FeatureCache, moved_rows
 from cherry.execution.transfer import PinnedRows, blocks_to_device
 from cherry.models.dropout import set_dropout_step, step_seed
 from cherry.models.sage import reads_degree_layouts
 from cherry.probe import DeviceMemoryLike, NullProbe, Probe
 from cherry.planning import BatchShape, BudgetTooSmallError, MemoryModel, MicrobatchPlan, plan_microbatches
 from cherry.planning.plan import resident_index_bytes
+from cherry.planning.residency import ALL
 from cherry.sampling import Blocks
 
 
@@ -127,6 +135,11 @@ class StepStats:
     measured_peak_bytes: Optional[int]
     redundancy: tuple[float, ...]
     recompute: bool = False  # micro-batches ran with per-layer activation recomputation
+    # input-feature traffic, counted as a GPU run moves it (`_rows_moved`): rows read by the step's
+    # gathers, those of them not on the device (misses), and the misses' bytes moved host-to-device
+    feature_rows_read: int = 0
+    feature_rows_missed: int = 0
+    feature_bytes_moved: int = 0
 
 
 @dataclass(frozen=True)
@@ -148,6 +161,8 @@ class _Prepared:
     x: torch.Tensor
     y: torch.Tensor
     ready: Optional["torch.cuda.Event"] = None  # end of its preparation on the side stream
+    rows_read: int = 0  # feature rows this preparation gathered (0 when it read staged rows)
+    rows_missed: int = 0  # of them, rows moved host-to-device
 
 
 def _tensors_of(prepared: _Prepared) -> list[torch.Tensor]:
@@ -187,6 +202,17 @@ class MicrobatchExecutor:
         self._num_steps = 0  # accumulations so far: with options.dropout_seed, the step's dropout seed
         self._last_k: Optional[int] = None  # the last step's K: where the next automatic K search starts
         self._can_recompute = hasattr(model, "forward_layer") and hasattr(getattr(model, "spec", None), "num_layers")
+        self._cache: Optional[FeatureCache] = None  # the device-resident feature rows (set_feature_cache)
+
+    def set_feature_cache(self, cache: Optional[FeatureCache]) -> None:
+        """Read input features through ``cache`` (`cherry.execution.feature_cache`) from now on; its
+        device bytes join the fixed bytes every plan counts (one budget for activations and cache)."""
+        if self._cache is not None:
+            self._base_fixed_bytes -= self._cache.nbytes
+        self._cache = cache
+        if cache is not None:
+            self._base_fixed_bytes += cache.nbytes
+        self.memory_model.fixed_bytes = self._base_fixed_bytes
 
     # -- planning -------------------------------------------------------------------------------
     def _stage_decision(self, blocks: Blocks, feature_dim: int, itemsize: int) -> bool:
@@ -196,12 +222,25 @@ class MicrobatchExecutor:
         that reads it (``redundancy`` times), at the price of holding all rows during the step. On a
         CPU device there is no link (both ways are host copies), so staging would only add a copy.
         """
-        if not self.options.stage_features or self.device.type == "cpu":
+        return self.device.type != "cpu" and self._gpu_would_stage(blocks, feature_dim, itemsize)
+
+    def _gpu_would_stage(self, blocks: Blocks, feature_dim: int, itemsize: int) -> bool:
+        """The GPU's staging rule, on any device: what the traffic counters follow, so that a CPU run
+        (emulated device) counts the bytes a GPU run of the same budget moves."""
+        if not self.options.stage_features:
             return False
         staged = blocks.layers[0].num_src * feature_dim * itemsize
         budget = self.options.budget_bytes
         # staging pays when it leaves most of the budget to activations
         return budget is None or self._base_fixed_bytes + staged <= budget // 2
+
+    def _rows_moved(self, nodes: torch.Tensor, features: torch.Tensor) -> tuple[int, int]:
+        """``(rows read, rows moved host-to-device)`` of a gather of ``nodes`` (host ids; read on the
+        host only, never a device sync)."""
+        on_device = features.device.type != "cpu" or (self._cache is not None and self._cache.plan.mode == ALL)
+        if nodes.device.type != "cpu":  # device-built blocks: their features live there too
+            return int(nodes.numel()), 0
+        return int(nodes.numel()), moved_rows(self._cache, nodes, on_device)
 
     def plan(self, blocks: Blocks, positions: Optional[torch.Tensor] = None,
              num_microbatches: Optional[int] = None, memory_model: Optional[MemoryModel] = None,
@@ -242,7 +281,7 @@ class MicrobatchExecutor:
 
     # -- preparation (runs on the background thread when pipelining) -----------------------------
     def _prepare(self, mb: Blocks, on_device: Blocks, group: torch.Tensor, staged: Optional[torch.Tensor],
-                 features: torch.Tensor, labels_of_seeds: torch.Tensor) -> _Prepared:
+                 features: torch.Tensor, labels_of_seeds: torch.Tensor, counted_staged: bool = False) -> _Prepared:
         """Inputs of one micro-batch on the device (``mb`` on the host, ``on_device`` its copy made by
         `_to_device`). On a GPU the gathers and copies are queued on the side stream and an event marks
         their end; nothing here waits for the device."""
@@ -251,14 +290,19 @@ class MicrobatchExecutor:
         with ctx:
             non_blocking = stream is not None
             blocks = on_device
+            read = missed = 0
             if staged is not None:
                 positions = blocks.input_positions
                 x = staged if positions is None else staged.index_select(0, positions)
+            elif self._cache is not None:
+                x = self._cache.gather(blocks.input_nodes)
             else:
                 x = self._pinned.gather(features, mb.input_nodes.to(features.device), self.device)
+            if staged is None and not counted_staged:
+                read, missed = self._rows_moved(mb.input_nodes, features)
             y = labels_of_seeds.index_select(0, group).to(self.device, non_blocking=non_blocking)
             ready = stream.record_event() if stream is not None else None
-        return _Prepared(blocks, x, y, ready)
+        return _Prepared(blocks, x, y, ready, read, missed)
 
     def _use(self, prepared: _Prepared) -> None:
         """Order the compute stream after the side stream's preparation of ``prepared`` (no host
@@ -302,7 +346,13 @@ class MicrobatchExecutor:
                                                                         features.element_size())
             staged = None
             staged_bytes = 0
-            if stage:
+            # the counters follow the GPU's staging rule also on the CPU (see _gpu_would_stage)
+            counted_staged = stage or self._gpu_would_stage(blocks, features.shape[1], features.element_size())
+            rows_read, rows_missed = self._rows_moved(blocks.input_nodes, features) if counted_staged else (0, 0)
+            if stage and self._cache is not None:
+                staged = self._cache.gather(blocks.input_nodes.to(self.device, non_blocking=True))
+                staged_bytes = staged.numel() * staged.element_size()
+            elif stage:
                 staged = self._pinned_stage.gather(features, blocks.input_nodes.to(features.device), self.device)
                 staged_bytes = staged.numel() * staged.element_size()  # read on the side stream: see _to_device
             self.memory_model.fixed_bytes = self._base_fixed_bytes + staged_bytes
@@ -336,15 +386,17 @@ class MicrobatchExecutor:
                 with self.probe.phase("gather"):
                     if future is None:
                         prepared = self._prepare(parts[k], device_parts[k], groups[k], staged, features,
-                                                 labels_of_seeds)
+                                                 labels_of_seeds, counted_staged)
                     else:
                         prepared = future.result()
                     self._use(prepared)
                     self._account(prepared)
+                    rows_read += prepared.rows_read
+                    rows_missed += prepared.rows_missed
                 future = None
                 if self.options.pipeline and k + 1 < len(parts):
                     future = self._pool.submit(self._prepare, parts[k + 1], device_parts[k + 1], groups[k + 1],
-                                               staged, features, labels_of_seeds)
+                                               staged, features, labels_of_seeds, counted_staged)
                 with self.probe.phase("forward_backward"):
                     logits = self._forward(prepared, recompute)
                     loss = F.cross_entropy(logits, prepared.y, reduction="sum") / num_seeds
@@ -387,7 +439,8 @@ class MicrobatchExecutor:
             loss=loss_value, num_correct=int(correct_value), num_seeds=num_seeds,
             num_microbatches=len(parts), num_oom_recoveries=recoveries, staged_features=stage,
             estimated_peak_bytes=max(estimates), measured_peak_bytes=measured_peak,
-            redundancy=redundancy, recompute=recompute,
+            redundancy=redundancy, recompute=recompute, feature_rows_read=rows_read,
+            feature_rows_missed=rows_missed, feature_bytes_moved=rows_missed * features.shape[1] * features.element_size(),
         )
 
     def _replan_after_oom(self, blocks: Blocks, groups: list, parts: list, device_parts: list, estimates: list,

@@ -60,6 +60,10 @@ class EpochResult:
     measured_peak_bytes: Optional[int]
     k_changes: int = 0  # steps whose K differs from the step before (a steady K changes rarely)
     recompute_steps: int = 0  # steps run with per-layer activation recomputation
+    # input-feature traffic (`StepStats`): bytes moved host-to-device in the epoch, and the share of the
+    # rows read that the device held (NaN when nothing was read)
+    feature_bytes_moved: int = 0
+    feature_hit_rate: float = float("nan")
 
 
 class Trainer:
@@ -129,6 +133,11 @@ class Trainer:
         # wait for its own kernels only, not for the step's compute queued on the default stream.
         self._loader_stream = torch.cuda.Stream(self.device) if self.data.graph.indptr.is_cuda else None
         self.generator = sampling_generator(spec.seed)
+        # feature residency: all rows, the hottest rows or none on the device, priced in the same budget
+        from cherry.execution.residency import place_features
+
+        self.residency, cache = place_features(self, memory)
+        self.executor.set_feature_cache(cache)
 
     @property
     def num_parameters(self) -> int:
@@ -208,6 +217,8 @@ class Trainer:
             measured_peak_bytes=max(measured) if measured else None,
             k_changes=sum(a.num_microbatches != b.num_microbatches for a, b in zip(steps, steps[1:])),
             recompute_steps=sum(bool(s.recompute) for s in steps),
+            feature_bytes_moved=sum(s.feature_bytes_moved for s in steps),
+            feature_hit_rate=_hit_rate(steps),
         )
 
     def fit(self, on_step: Optional[Callable[[StepStats], None]] = None, save_dir=None,
@@ -262,6 +273,11 @@ def _choose(dataset: Dataset, device: torch.device, memory: Optional[DeviceMemor
     if cap is not None:  # an allocator cap: what it leaves, not what the device has
         free = max(0, min(free, int(cap) - int(torch.cuda.memory_allocated(device))))
     return choose_construction(dataset.graph, device, free_bytes=free, extra_bytes=extra_bytes)
+
+
+def _hit_rate(steps: list[StepStats]) -> float:
+    read = sum(s.feature_rows_read for s in steps)
+    return 1 - sum(s.feature_rows_missed for s in steps) / read if read else float("nan")
 
 
 def _used_on_current_stream(planned: PlannedBatch) -> None:

@@ -61,7 +61,9 @@ class CherrySystem(System):
         return StepOutcome(loss=stats.loss, num_microbatches=stats.num_microbatches,
                            redundancy=tuple(stats.redundancy), estimated_peak_bytes=stats.estimated_peak_bytes,
                            measured_peak_bytes=stats.measured_peak_bytes, recompute=stats.recompute,
-                           oom_recoveries=stats.num_oom_recoveries)
+                           oom_recoveries=stats.num_oom_recoveries, feature_rows_read=stats.feature_rows_read,
+                           feature_rows_missed=stats.feature_rows_missed,
+                           feature_bytes_moved=stats.feature_bytes_moved)
 
     def evaluate(self) -> dict[str, float]:
         return self.trainer.evaluate()
@@ -77,6 +79,11 @@ class CherrySystem(System):
     def construction(self) -> str:
         """Where the micro-batches are built (`cherry.sampling.placement`), for the record."""
         return self.trainer.construction.where
+
+    @property
+    def feature_cache(self) -> dict:
+        """Where the input features live (`cherry.planning.residency.ResidencyPlan`), for the record."""
+        return self.trainer.residency.as_dict()
 
     @property
     def ordering(self) -> str:

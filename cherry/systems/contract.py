@@ -49,6 +49,11 @@ class StepOutcome:
     measured_peak_bytes: Optional[int] = None  # the step's largest measured micro-batch peak
     recompute: Optional[bool] = None  # ran with per-layer activation recomputation (a system that can)
     oom_recoveries: Optional[int] = None  # out-of-memory re-plans inside the step (a system that re-plans)
+    # input-feature traffic (a system that counts it): rows its gathers read, of them rows moved
+    # host-to-device, and those rows' bytes
+    feature_rows_read: Optional[int] = None
+    feature_rows_missed: Optional[int] = None
+    feature_bytes_moved: Optional[int] = None
 
 
 class System(abc.ABC):

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from cherry.planning.ordering import ORDERINGS  # the one list of orderings
+from cherry.planning.residency import RESIDENCY_MODES
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,9 @@ _CHERRY_OPTIONS = {
                    "description": "false: CHERRY_NO_EXT=1, the pure-PyTorch reference ops"},
     "safety": {"type": "number", "minimum": 0, "exclusiveMaximum": 1, "default": 0.1,
                "description": "fraction of the budget kept free when choosing K"},
+    "feature_cache": {"enum": list(RESIDENCY_MODES), "default": "auto",
+                      "description": "input features on the device: auto (a cache of the hottest rows sized with K "
+                                     "by the planner, all rows when they fit), none, all"},
     "recompute": {"enum": ["auto", "on", "off"], "default": "auto",
                   "description": "per-layer activation recomputation: auto (only when one seed per micro-batch "
                                  "does not fit), on, off"},

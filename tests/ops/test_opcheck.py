@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from cherry.data.degree_laws import degree_law_graph
-from cherry.ops import aggregate, extension_available, extension_status, lstm, planning, sampling
+from cherry.ops import aggregate, extension_available, extension_status, feature_cache, lstm, planning, sampling
 from cherry.ops.registrations import FAKE_OPS
 from cherry.sampling import NeighborSampler, slice_blocks_many
 
@@ -91,6 +91,13 @@ def _exercise(device: str) -> None:
     planning.group_shapes(indptrs, indices, positions, groups, 3)
     planning.group_shapes_many(indptrs, indices, positions, torch.stack([groups, groups.flip(0)]), 3, layers[0].num_src)
     planning.tree_costs(indptrs, indices, [1.0, 2.0], [0.5, 0.25])
+    # the feature cache's gather; the table is on the device here (opcheck's clones are not pinned:
+    # the pinned, zero-copy path has its own GPU test in test_cache_gather.py)
+    table = torch.randn(800, 6, generator=gen)
+    slot_of = torch.full((800,), -1, dtype=torch.int64)
+    slot_of[::3] = torch.arange(slot_of[::3].numel())
+    feature_cache.cache_gather(slot_of.to(device), table[::3].contiguous().to(device), table.to(device),
+                               top.src_nodes.to(device))
 
 
 @pytest.fixture(scope="module")

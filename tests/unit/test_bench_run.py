@@ -68,6 +68,11 @@ def test_ok_run_writes_a_valid_record_with_warmup_excluded(records):
     assert record["nvml_peak_bytes"] is None  # no GPU here
     assert record["construction"] == "host"  # the CPU: blocks are built where they are used
     assert record["ordering"] == resolve_ordering("metis")  # K = 2 orders seeds (bfs without pymetis)
+    # no capacity on the CPU: no cache, so every gathered row is moved (staged once per mini-batch)
+    assert record["feature_cache_mode"] == "none" and record["feature_cache_hit_rate"] == 0.0
+    moved = record["feature_h2d_bytes_steps"]
+    assert len(moved) == 5 and all(b > 0 for b in moved)
+    assert record["feature_h2d_bytes_per_step_mean"] == pytest.approx(statistics.fmean(moved[2:]))
     assert record["estimated_peak_bytes"] > 0 and record["estimator_median_rel_error"] is not None
     assert 0.0 <= record["valid_acc"] <= 1.0 and len(record["step_losses"]) == 5
     assert "step 5/5" in proc.stderr  # progress on stderr

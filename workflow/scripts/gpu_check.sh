@@ -134,6 +134,8 @@ print("K=1:", k1.get("status"), k1.get("reason"))
 print("auto:", auto.get("status"), auto.get("reason"), {k: auto.get(k) for k in keys})
 sys.exit(0 if k1.get("status") == "oom" and auto.get("status") == "ok" else 1)
 PYEOF
+# the feature cache's gather: UVA reads of missed rows from pinned host memory vs the host gather
+section cache-gather 45 "$PY" -m benchmarks.cache_gather_gpu --rows 2000000 --nodes 200000 --repeats 10
 section verify-k8 60 "$PY" -m cherry verify --dataset synth-arxiv --aggr lstm --hidden 64 --fanouts 10,25 \
   --batch-size 1024 --microbatches 8 --device cuda
 exit $status
