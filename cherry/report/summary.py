@@ -165,7 +165,7 @@ def _wall_note(r) -> str:
 
 def _wall_verdicts(searches: pd.DataFrame) -> list[str]:
     """Per case, one line: who stopped because one seed did not fit (and at which batch), who went on
-    with recomputation, who reached the training set."""
+    with recomputation, who reached the training set (and, beside one-seed stops, who ran out at its K)."""
     lines = []
     for case, group in searches.groupby("case", sort=False):
         rows = list(group.itertuples())
@@ -178,9 +178,13 @@ def _wall_verdicts(searches: pd.DataFrame) -> list[str]:
         if recomputed:
             parts.append(f"went on with recomputation: {_named(recomputed)}")
         if whole:
-            parts.append(f"reached the training set without it: {_named(whole)}")
-        capacity = group["device_memory_bytes"].dropna()
-        under = f" under {_fmt(float(capacity.iloc[0]) / t.MIB, 4)} MiB" if len(capacity) else ""
+            without = " without recomputation" if recomputed else ""
+            parts.append(f"reached the training set{without}: {_named(whole)}")
+        at_own_k = [r for r in rows if r.wall_reason == "capacity"]
+        if at_own_k and single:
+            parts.append(f"ran out of memory at their own K: {_named(at_own_k)}")
+        capacities = group["device_memory_bytes"].dropna()
+        under = f" under {_fmt(float(capacities.iloc[0]) / t.MIB, 4)} MiB" if len(capacities) else ""
         if parts:
             lines.append(f"- {case}{under}: " + "; ".join(parts) + ".")
     return lines + ([""] if lines else [])

@@ -77,7 +77,8 @@ def test_the_report_says_who_stopped_at_one_seed_and_who_recomputed(tmp_path):
     text = "\n".join(wall_section(rows))
     verdict = next(line for line in text.splitlines() if line.startswith("- synth-tiny"))
     assert "stopped because one seed did not fit: naive (K=auto) up to 32" in verdict
-    assert "went on with recomputation: cherry (K=auto) up to 1,200" in verdict and "full" not in verdict
+    assert "went on with recomputation: cherry (K=auto) up to 1,200" in verdict
+    assert "ran out of memory at their own K: full up to 4" in verdict and "training set" not in verdict
     assert "one seed does not fit" in text and "reached the training set; with recomputation" in text
     fig = draw_memory_wall(rows)
     texts = [x.get_text() for ax in fig.axes for x in ax.texts]
