@@ -21,7 +21,9 @@ released system has one, else the K the previous step settled on, else 1). Every
 ``.grad = None`` and the same generator state, so a failed attempt neither loses nor double-counts a
 gradient and the retry sees the same sampled neighbours; the `StepOutcome` reports the K that ran.
 Within a run K never shrinks below the previous step's (the search is paid on the first step, as a
-user finding K by hand would).
+user finding K by hand would). A step that runs out of memory at one seed per micro-batch (the auto
+search's last K, or a fixed K of at least the batch's seeds) raises `cherry.memory.SingleSeedOutOfMemoryError`:
+no K fits that batch, which the memory wall reports as "one seed does not fit".
 """
 from __future__ import annotations
 

@@ -112,7 +112,8 @@ def search_spec(spec, ratio_tolerance: float = RATIO_TOLERANCE, seed_tolerance: 
         "device_memory_bytes": spec.device_memory_bytes, "start_batch": spec.batch_size,
         "training_set_size": limit, "ratio_tolerance": ratio_tolerance, "seed_tolerance": seed_tolerance,
         "probes": probes, "largest_fit_batch": largest, "smallest_oom_batch": smallest_oom,
-        "capped_at_training_set": largest == limit, "wall_reason": wall_reason(status, largest, smallest_oom, limit, probes),
+        "capped_at_training_set": largest == limit,
+        "wall_reason": wall_reason(status, largest, smallest_oom, limit, probes),
         "recompute_at_largest": bool(at_largest.get("recompute_steps")), "search_wall_s": time.monotonic() - started,
         "git_sha": first_record.get("git_sha"), "device_name": first_record.get("device_name"),
     }

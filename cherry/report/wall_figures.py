@@ -4,8 +4,8 @@
 (`cherry.bench.capacity_run`): peak tensor memory against batch size for the batches that fit (a
 ring where the probe trained with recomputation), a cross on the capacity line for each that did not
 (a star where one seed per micro-batch did not fit, so no K could), the K chosen at the largest
-fitting batch, and a bar per system with the largest batch found and what stopped it. `draw_epoch_time(frame, sizes)` draws, per case, the
-seconds per epoch (median step seconds x ceil(training-set size / batch size), 10-90 % whiskers over
+fitting batch, and a bar per system with the largest batch found and what stopped it.
+`draw_epoch_time(frame, sizes)` draws, per case, the seconds per epoch (median step seconds x ceil(training-set size / batch size), 10-90 % whiskers over
 the measured steps) against the emulated capacity, each system at its own K; an out-of-memory run is a
 cross at the bottom of its capacity's column. Both are read by `cherry.report.figures`.
 """
@@ -37,11 +37,11 @@ def draw_memory_wall(searches: pd.DataFrame):
                             if p["status"] == "ok" and p["peak_tracked_bytes"] is not None)
             failed = [p["batch_size"] for p in r.probes if p["status"] == "oom" and not p.get("oom_single_seed")]
             single = [p["batch_size"] for p in r.probes if p["status"] == "oom" and p.get("oom_single_seed")]
-            recomputed = sorted((p["batch_size"], p["peak_tracked_bytes"] / t.MIB) for p in r.probes
-                                if p["status"] == "ok" and p.get("recompute_steps") and p["peak_tracked_bytes"] is not None)
+            recomputed = [(b, m) for b, m in fitted if any(p["batch_size"] == b and p.get("recompute_steps")
+                                                           for p in r.probes)]
             batches += [p["batch_size"] for p in r.probes]
-            if fitted:
-                ax.plot([b for b, _ in fitted], [m for _, m in fitted], label=label, **style)
+            # a system with no fitting probe still gets its legend entry (its crosses and stars are drawn)
+            ax.plot([b for b, _ in fitted], [m for _, m in fitted], label=label, **style)
             if recomputed:  # hollow rings: these probes trained with recomputation
                 ax.scatter([b for b, _ in recomputed], [m for _, m in recomputed], marker="o", s=90,
                            facecolors="none", edgecolors=style["color"], zorder=6)
