@@ -21,14 +21,17 @@ released system has one, else the K the previous step settled on, else 1). Every
 ``.grad = None`` and the same generator state, so a failed attempt neither loses nor double-counts a
 gradient and the retry sees the same sampled neighbours; the `StepOutcome` reports the K that ran.
 Within a run K never shrinks below the previous step's (the search is paid on the first step, as a
-user finding K by hand would).
+user finding K by hand would). A step that runs out of memory at one seed per micro-batch (the auto
+search's last K, or a fixed K of at least the batch's seeds) raises `cherry.memory.SingleSeedOutOfMemoryError`:
+no K fits that batch, which the memory wall reports as "one seed does not fit".
 """
 from __future__ import annotations
 
 import abc
+import contextlib
 import gc
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +39,7 @@ import torch.nn.functional as F
 from cherry.systems.contract import StepOutcome, System
 from cherry.data import Dataset
 from cherry.data.metrics import split_accuracy
+from cherry.memory import SingleSeedOutOfMemoryError
 from cherry.models import build_model
 from cherry.models.inference import layerwise_inference
 from cherry.sampling import Blocks, LoadedBatch, NeighborSampler
@@ -57,6 +61,20 @@ def configured_num_microbatches(spec: RunSpec, system: str, accepts_auto: bool) 
 
 
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def _single_seed_marked(single_seed: bool, k: int) -> Iterator[None]:
+    """Re-raise an out-of-memory inside as `SingleSeedOutOfMemoryError` when the step ran at one seed
+    per micro-batch (``single_seed``, at K = ``k``): no K fits that batch, which the memory wall reports."""
+    try:
+        yield
+    except SingleSeedOutOfMemoryError:
+        raise
+    except torch.OutOfMemoryError as exc:
+        if not single_seed:
+            raise
+        raise SingleSeedOutOfMemoryError(f"{str(exc).strip()} (at K = {k}: one seed per micro-batch)") from exc
 
 
 def smallest_fitting_k(attempt: Callable[[int], T], first_k: int, max_k: int,
@@ -180,8 +198,10 @@ class AccumulatingSystem(System):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         self.model.train()
         prepared = self._prepare(seeds, generator)
+        num_seeds = int(seeds.numel())
         if self.num_microbatches is not None:
-            return self._attempt(prepared, generator, self.num_microbatches)
+            with _single_seed_marked(self.num_microbatches >= num_seeds, self.num_microbatches):
+                return self._attempt(prepared, generator, self.num_microbatches)
         state = generator.get_state()
 
         def attempt(k: int) -> StepOutcome:
@@ -189,8 +209,9 @@ class AccumulatingSystem(System):
             return self._attempt(prepared, generator, k)
 
         first_k = max(self._initial_k(prepared), self.auto_k or 1)
-        max_k = max(int(seeds.numel()), first_k)  # one seed per micro-batch is as fine as it gets
-        self.auto_k, outcome = smallest_fitting_k(attempt, first_k, max_k, self._after_oom)
+        max_k = max(num_seeds, first_k)  # one seed per micro-batch is as fine as it gets
+        with _single_seed_marked(True, max_k):  # smallest_fitting_k raises only the OOM of max_k
+            self.auto_k, outcome = smallest_fitting_k(attempt, first_k, max_k, self._after_oom)
         return outcome
 
     def _attempt(self, prepared: Any, generator: torch.Generator, k: int) -> StepOutcome:

@@ -12,12 +12,13 @@ limit fits, ``largest_fit == limit`` and ``smallest_oom`` is None; if not even `
 ``largest_fit`` is None. A non-monotone ``fits`` (noise) still ends; the result then is the largest fitting batch below
 the smallest failing one. ``fits`` may raise to abort the search (the exception propagates).
 
-`cherry.bench.capacity_run` probes real runs through this function (one short run per batch size).
+`cherry.bench.capacity_run` probes real runs through this function (one short run per batch size);
+`wall_reason` says from its probes what stopped a search (`WALL_REASONS`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 RATIO_TOLERANCE = 1.1
 SEED_TOLERANCE = 64
@@ -102,3 +103,23 @@ def search_largest_batch(fits: Callable[[int], bool], start: int, limit: int,
         else:
             hi = mid
     return BatchSearch(lo, hi, limit, tuple(probes))
+
+
+# What stopped a search: the whole training set fitted; the smallest failing batch failed at one seed
+# per micro-batch (no K fits it: K alone stops, only recomputation goes further); it failed at a K
+# that one seed per micro-batch had not reached (the system's K, e.g. 1, or its own estimate of K);
+# a probe ended neither ok nor oom (timeout, error), so the largest batch is a lower bound.
+WALL_REASONS = {"training_set": "reached the training set", "single_seed": "one seed does not fit",
+                "capacity": "out of memory", "stopped": "search stopped (lower bound)"}
+
+
+def wall_reason(status: str, largest_fit: Optional[int], smallest_oom: Optional[int], limit: int,
+                probes: Sequence[Mapping[str, Any]]) -> str:
+    """The key of `WALL_REASONS` for a search record's ``status``, result and ``probes`` (each a dict
+    with ``batch_size``, ``status`` and, from records that have it, ``oom_single_seed``)."""
+    if status != "ok":
+        return "stopped"
+    if largest_fit is not None and largest_fit == limit:
+        return "training_set"
+    failed = next((p for p in probes if p.get("batch_size") == smallest_oom and p.get("status") == "oom"), None)
+    return "single_seed" if failed is not None and failed.get("oom_single_seed") else "capacity"

@@ -10,7 +10,10 @@ GPU, which does not reliably recover from one.
 
 The search record (JSON, written atomically) holds the spec, the tolerances, the training-set size,
 every probe (batch size, status, reason, K chosen, peak tracked bytes, median step seconds, wall
-seconds) and the result (``largest_fit_batch``, ``smallest_oom_batch``, ``capped_at_training_set``).
+seconds, recomputation steps, whether an out-of-memory was of a single seed) and the result
+(``largest_fit_batch``, ``smallest_oom_batch``, ``capped_at_training_set``, ``wall_reason``: what
+stopped the search, `cherry.bench.capacity.WALL_REASONS`; ``recompute_at_largest``: the largest batch
+trained with recomputation).
 Its ``status`` is ``ok`` when the search ended by its rule; a probe that ends neither ok nor oom
 (skipped, timeout, error) stops the search with that status and reason, keeping the probes made.
 Exit status: 0 for every such outcome, 2 for a bad spec or option, 1 for a probe that errored.
@@ -25,10 +28,10 @@ import tempfile
 import time
 from typing import Any, Callable, Optional
 
-from cherry.bench.capacity import RATIO_TOLERANCE, SEED_TOLERANCE, check_tolerances, search_largest_batch
+from cherry.bench.capacity import RATIO_TOLERANCE, SEED_TOLERANCE, check_tolerances, search_largest_batch, wall_reason
 
 PROBE_KEYS = ("status", "reason", "num_microbatches_max", "peak_tracked_bytes", "estimated_peak_bytes",
-              "step_time_median_s", "wall_s")
+              "step_time_median_s", "wall_s", "recompute_steps", "oom_single_seed")
 
 
 class ProbeStopped(Exception):
@@ -101,6 +104,7 @@ def search_spec(spec, ratio_tolerance: float = RATIO_TOLERANCE, seed_tolerance: 
         status, reason = exc.status, exc.reason
         ok = [p["batch_size"] for p in probes if p["status"] == "ok"]
         largest, smallest_oom = (max(ok) if ok else None), None
+    at_largest = next((p for p in probes if p["batch_size"] == largest and p["status"] == "ok"), {})
     return {
         "search_id": run_id(spec), "status": status, "reason": reason, "spec": spec.to_dict(),
         "system": spec.system, "dataset": spec.dataset, "experiment": spec.experiment,
@@ -108,7 +112,9 @@ def search_spec(spec, ratio_tolerance: float = RATIO_TOLERANCE, seed_tolerance: 
         "device_memory_bytes": spec.device_memory_bytes, "start_batch": spec.batch_size,
         "training_set_size": limit, "ratio_tolerance": ratio_tolerance, "seed_tolerance": seed_tolerance,
         "probes": probes, "largest_fit_batch": largest, "smallest_oom_batch": smallest_oom,
-        "capped_at_training_set": largest == limit, "search_wall_s": time.monotonic() - started,
+        "capped_at_training_set": largest == limit,
+        "wall_reason": wall_reason(status, largest, smallest_oom, limit, probes),
+        "recompute_at_largest": bool(at_largest.get("recompute_steps")), "search_wall_s": time.monotonic() - started,
         "git_sha": first_record.get("git_sha"), "device_name": first_record.get("device_name"),
     }
 

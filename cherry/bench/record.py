@@ -62,6 +62,7 @@ class RunMeasurements:
     ordering: Optional[str] = None  # the seed ordering used (a system that reports it)
     feature_cache: Optional[dict] = None  # ResidencyPlan.as_dict() (a system that reports it)
     steps_per_epoch: Optional[int] = None  # the spec's steps in one epoch (for per-epoch traffic)
+    oom_single_seed: Optional[bool] = None  # status oom: a micro-batch of one seed did not fit (no K fits)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -215,6 +216,7 @@ def build_record(spec: RunSpec, m: RunMeasurements, prov: Optional[dict] = None)
                                         for a, b in zip(measured, measured[1:])) if measured else None,
         "recompute_steps": _count(o.recompute for o in measured),
         "oom_recoveries": _count(o.oom_recoveries for o in measured),
+        "oom_single_seed": m.oom_single_seed if m.status == "oom" else None,
         "warmup_steps": warmup,
         "step_time_median_s": stats["median"], "step_time_p10_s": stats["p10"],
         "step_time_p90_s": stats["p90"], "step_time_mean_s": stats["mean"],

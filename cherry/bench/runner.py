@@ -76,6 +76,7 @@ class _Progress:
     ordering: Optional[str] = None
     feature_cache: Optional[dict] = None
     steps_per_epoch: Optional[int] = None
+    oom_single_seed: Optional[bool] = None  # set when the run ends out of memory
 
 
 class _Deadline:
@@ -130,6 +131,17 @@ def _check_skips(spec: RunSpec):
     if spec.num_microbatches is None and not cls.accepts_auto_microbatches:
         raise Skipped(f"system {spec.system!r} cannot choose K from a budget (microbatches 'auto')")
     return cls
+
+
+def _single_seed_failed(exc: BaseException, spec: RunSpec) -> bool:
+    """Whether an out-of-memory came from a micro-batch of one seed (no K fits the batch): raised as
+    such (cherry's executor and planner, the baselines' K search), or a fixed K of one seed each."""
+    from cherry.memory import SingleSeedOutOfMemoryError
+    from cherry.planning import BudgetTooSmallError
+
+    if isinstance(exc, (SingleSeedOutOfMemoryError, BudgetTooSmallError)):
+        return True
+    return spec.num_microbatches is not None and spec.num_microbatches >= spec.batch_size
 
 
 class _Run:
@@ -264,6 +276,7 @@ class _Run:
         except RunTimeout as exc:
             return "timeout", str(exc)
         except (torch.OutOfMemoryError, BudgetTooSmallError) as exc:
+            self.progress.oom_single_seed = _single_seed_failed(exc, spec)
             return "oom", _one_line(exc)
         except SystemUnavailable as exc:
             return "skipped", str(exc)
@@ -308,7 +321,7 @@ def execute(spec: RunSpec, out_path: str, log: Callable[[str], None]) -> int:
         epoch_eval_s=tuple(p.epoch_eval_s), final_accuracy=p.final_accuracy,
         construction=p.construction,
         ordering=p.ordering, feature_cache=p.feature_cache,
-        steps_per_epoch=p.steps_per_epoch,
+        steps_per_epoch=p.steps_per_epoch, oom_single_seed=p.oom_single_seed,
     )
     record = build_record(spec, m)
     validate_record(record)

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 from cherry.execution.feature_cache import FeatureCache, moved_rows
 from cherry.execution.transfer import PinnedRows, blocks_to_device
+from cherry.memory import SingleSeedOutOfMemoryError
 from cherry.models.dropout import set_dropout_step, step_seed
 from cherry.models.sage import reads_degree_layouts
 from cherry.probe import DeviceMemoryLike, NullProbe, Probe
@@ -60,6 +61,10 @@ from cherry.sampling import Blocks
 
 class MicrobatchOutOfMemoryError(torch.OutOfMemoryError):
     """A micro-batch did not fit and could not be recovered (fixed K, or a single seed)."""
+
+
+class SingleSeedMicrobatchOutOfMemoryError(MicrobatchOutOfMemoryError, SingleSeedOutOfMemoryError):
+    """A micro-batch of one seed did not fit (with recomputation where it was allowed): no K fits."""
 
 
 @dataclass(frozen=True)
@@ -456,7 +461,8 @@ class MicrobatchExecutor:
             self.memory_model.observe_oom(shape, capacity - resident_index_bytes(parts), recompute=recompute)
         if (not self.options.recover_oom or self.options.budget_bytes is None
                 or recoveries >= self.options.max_oom_recoveries or (groups[k].numel() == 1 and not escalate)):
-            raise MicrobatchOutOfMemoryError(
+            error = SingleSeedMicrobatchOutOfMemoryError if groups[k].numel() == 1 else MicrobatchOutOfMemoryError
+            raise error(
                 f"micro-batch {k + 1}/{len(parts)} ({groups[k].numel()} seeds, estimated "
                 f"{estimates[k]} B{', with recomputation' if recompute else ''}) ran out of device memory: "
                 f"{oom_message}"

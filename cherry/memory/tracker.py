@@ -93,6 +93,12 @@ def _validate_capacity(capacity_bytes) -> int | None:
     return capacity
 
 
+class SingleSeedOutOfMemoryError(torch.OutOfMemoryError):
+    """An out-of-memory of a micro-batch of one seed: no K fits this logical batch (K alone stops
+    here; only recomputation, or a larger device, goes further). Raised by whoever ran the micro-batch
+    (cherry's executor, the baselines' K search); the benchmark records it as ``oom_single_seed``."""
+
+
 class TensorMemoryTracker(TorchDispatchMode):
     """Context manager counting live and peak bytes of tensor storages; optionally an emulated capacity.
 

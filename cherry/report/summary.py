@@ -151,28 +151,78 @@ def memory_section(frame: pd.DataFrame) -> list[str]:
                           "dgl/cherry"], out)
 
 
+def _wall_note(r) -> str:
+    """What stopped one search, in words (`cherry.bench.capacity.WALL_REASONS`), with recomputation."""
+    from cherry.bench.capacity import WALL_REASONS
+
+    note = WALL_REASONS.get(r.wall_reason, str(r.wall_reason))
+    if r.wall_reason == "stopped":
+        last = r.probes[-1]["batch_size"] if r.probes else None
+        note = (f"{r.status} at batch {last}: a lower bound" if r.status == "timeout"
+                else f"{r.status}: {(r.reason or '')[:80]}")
+    return note + ("; with recomputation" if r.recompute_at_largest else "")
+
+
+def _wall_verdicts(searches: pd.DataFrame) -> list[str]:
+    """Per case, one line: who stopped because one seed did not fit (and at which batch), who went on
+    with recomputation, who reached the training set (and, beside one-seed stops, who ran out at its K)."""
+    lines = []
+    for case, group in searches.groupby("case", sort=False):
+        rows = list(group.itertuples())
+        single = [r for r in rows if r.wall_reason == "single_seed"]
+        recomputed = [r for r in rows if r.recompute_at_largest]
+        whole = [r for r in rows if r.wall_reason == "training_set" and not r.recompute_at_largest]
+        parts = []
+        if single:
+            parts.append(f"stopped because one seed did not fit: {_named(single)}")
+        if recomputed:
+            parts.append(f"went on with recomputation: {_named(recomputed)}")
+        if whole:
+            without = " without recomputation" if recomputed else ""
+            parts.append(f"reached the training set{without}: {_named(whole)}")
+        at_own_k = [r for r in rows if r.wall_reason == "capacity"]
+        if at_own_k and single:
+            parts.append(f"ran out of memory at their own K: {_named(at_own_k)}")
+        capacities = group["device_memory_bytes"].dropna()
+        under = f" under {_fmt(float(capacities.iloc[0]) / t.MIB, 4)} MiB" if len(capacities) else ""
+        if parts:
+            lines.append(f"- {case}{under}: " + "; ".join(parts) + ".")
+    return lines + ([""] if lines else [])
+
+
+def _missing(value) -> bool:
+    return value is None or pd.isna(value)
+
+
+def _named(rows) -> str:
+    """"system (K) up to N" (its largest batch) of each search row, comma-separated."""
+    return ", ".join(f"{t.system_label(r.system, r.k)} "
+                     + ("fits no batch" if _missing(r.largest_fit_batch) else f"up to {int(r.largest_fit_batch):,}")
+                     for r in rows)
+
+
 def wall_section(searches: pd.DataFrame) -> list[str]:
-    """Per system: its own K at the largest batch it trains under the capacity, found by search."""
+    """Per system: its own K at the largest batch it trains under the capacity, found by search, and
+    what stopped it (one seed that does not fit, a K that does not fit, the training set)."""
     out = []
     for r in searches.itertuples():
-        largest = "-" if r.largest_fit_batch is None or pd.isna(r.largest_fit_batch) else f"{int(r.largest_fit_batch):,}"
+        largest = "-" if _missing(r.largest_fit_batch) else f"{int(r.largest_fit_batch):,}"
         if r.capped_at_training_set:
             largest += " (whole training set)"
-        oom = "-" if r.smallest_oom_batch is None or pd.isna(r.smallest_oom_batch) else f"{int(r.smallest_oom_batch):,}"
-        k = "-" if r.k_at_largest is None or pd.isna(r.k_at_largest) else int(r.k_at_largest)
-        last = r.probes[-1]["batch_size"] if r.probes else None
-        note = r.status if r.status == "ok" else f"{r.status} at batch {last}: a lower bound"
-        if r.status not in ("ok", "timeout"):
-            note = f"{r.status}: {(r.reason or '')[:80]}"
+        oom = "-" if _missing(r.smallest_oom_batch) else f"{int(r.smallest_oom_batch):,}"
+        k = "-" if _missing(r.k_at_largest) else int(r.k_at_largest)
         out.append([r.case, t.system_label(r.system, r.k), k, largest, oom,
                     _fmt(None if r.device_memory_bytes is None else r.device_memory_bytes / t.MIB, 4),
-                    r.num_probes, _fmt(r.search_wall_s, 3), note])
+                    r.num_probes, _fmt(r.search_wall_s, 3), _wall_note(r)])
     return ["## Largest trainable batch under the memory wall (search)", "",
             "Per system at its own K: doubling from the start batch up to the training set, then bisection "
             "between the largest fitting and the smallest out-of-memory batch; K is the one the system chose at "
-            "its largest batch. A search stopped by a probe that timed out gives a lower bound.", ""] + _table(
+            "its largest batch. \"one seed does not fit\": the smallest failing batch ran out of memory at one "
+            "seed per micro-batch, so no K fits it (K alone stops there; cherry then recomputes each layer's "
+            "activations in backward). A search stopped by a probe that timed out gives a lower bound.", ""
+            ] + _wall_verdicts(searches) + _table(
         ["case", "system", "own K", "largest batch", "smallest OOM batch", "capacity MiB", "probes", "search s",
-         "status"], out)
+         "stopped by"], out)
 
 
 def epoch_time_section(frame: pd.DataFrame, sizes: dict[str, int]) -> list[str]:

@@ -159,12 +159,15 @@ def statuses(rows: pd.DataFrame) -> str:
 
 SEARCH_COLUMNS = ["case", "system", "k", "status", "reason", "largest_fit_batch", "smallest_oom_batch",
                   "capped_at_training_set", "training_set_size", "device_memory_bytes", "k_at_largest",
-                  "peak_at_largest_bytes", "num_probes", "search_wall_s", "probes", "git_sha", "device_name"]
+                  "peak_at_largest_bytes", "wall_reason", "recompute_at_largest", "num_probes", "search_wall_s",
+                  "probes", "git_sha", "device_name"]
 
 
 def load_searches(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     """One row per memory-wall search record (`cherry.bench.capacity_run`), columns `SEARCH_COLUMNS`
-    (``k`` the requested K as text, ``case`` the setting without batch size; ValueError if unreadable)."""
+    (``k`` the requested K as text, ``case`` the setting without batch size, ``wall_reason`` what stopped
+    the search, `cherry.bench.capacity.wall_reason`, recomputed from the probes; ValueError if unreadable)."""
+    from cherry.bench.capacity import wall_reason
     from cherry.io import read_json
 
     out = []
@@ -184,6 +187,9 @@ def load_searches(paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
                     "training_set_size": record["training_set_size"],
                     "device_memory_bytes": record["device_memory_bytes"],
                     "k_at_largest": at.get("num_microbatches_max"), "peak_at_largest_bytes": at.get("peak_tracked_bytes"),
+                    "wall_reason": wall_reason(record["status"], largest, record["smallest_oom_batch"],
+                                               record["training_set_size"], record["probes"]),
+                    "recompute_at_largest": bool(at.get("recompute_steps")),
                     "num_probes": len(record["probes"]), "search_wall_s": record.get("search_wall_s"),
                     "probes": record["probes"], "git_sha": record.get("git_sha"),
                     "device_name": record.get("device_name")})

@@ -1,10 +1,11 @@
 """The figures of the device capacity: the memory wall (from its searches) and time per epoch.
 
 `draw_memory_wall(searches)` draws, per case, each system's probes of the largest-batch search
-(`cherry.bench.capacity_run`): peak tensor memory against batch size for the batches that fit, a
-cross on the capacity line for each that did not, the K chosen at the largest fitting batch, and a
-bar per system with the largest batch found. `draw_epoch_time(frame, sizes)` draws, per case, the
-seconds per epoch (median step seconds x ceil(training-set size / batch size), 10-90 % whiskers over
+(`cherry.bench.capacity_run`): peak tensor memory against batch size for the batches that fit (a
+ring where the probe trained with recomputation), a cross on the capacity line for each that did not
+(a star where one seed per micro-batch did not fit, so no K could), the K chosen at the largest
+fitting batch, and a bar per system with the largest batch found and what stopped it.
+`draw_epoch_time(frame, sizes)` draws, per case, the seconds per epoch (median step seconds x ceil(training-set size / batch size), 10-90 % whiskers over
 the measured steps) against the emulated capacity, each system at its own K; an out-of-memory run is a
 cross at the bottom of its capacity's column. Both are read by `cherry.report.figures`.
 """
@@ -34,17 +35,28 @@ def draw_memory_wall(searches: pd.DataFrame):
             style, label = _style(r.system), t.system_label(r.system, r.k)
             fitted = sorted((p["batch_size"], p["peak_tracked_bytes"] / t.MIB) for p in r.probes
                             if p["status"] == "ok" and p["peak_tracked_bytes"] is not None)
-            failed = [p["batch_size"] for p in r.probes if p["status"] == "oom"]
+            failed = [p["batch_size"] for p in r.probes if p["status"] == "oom" and not p.get("oom_single_seed")]
+            single = [p["batch_size"] for p in r.probes if p["status"] == "oom" and p.get("oom_single_seed")]
+            recomputed = [(b, m) for b, m in fitted if any(p["batch_size"] == b and p.get("recompute_steps")
+                                                           for p in r.probes)]
             batches += [p["batch_size"] for p in r.probes]
-            if fitted:
-                ax.plot([b for b, _ in fitted], [m for _, m in fitted], label=label, **style)
+            # a system with no fitting probe still gets its legend entry (its crosses and stars are drawn)
+            ax.plot([b for b, _ in fitted], [m for _, m in fitted], label=label, **style)
+            if recomputed:  # hollow rings: these probes trained with recomputation
+                ax.scatter([b for b, _ in recomputed], [m for _, m in recomputed], marker="o", s=90,
+                           facecolors="none", edgecolors=style["color"], zorder=6)
             if failed and cap_mib is not None:
                 ax.scatter(failed, [cap_mib] * len(failed), marker="x", s=60, color=style["color"], zorder=5)
+            if single and cap_mib is not None:  # no K fits these batches: one seed alone is too large
+                ax.scatter(single, [cap_mib] * len(single), marker="*", s=110, color=style["color"], zorder=5)
             if r.k_at_largest is not None and not pd.isna(r.k_at_largest) and r.peak_at_largest_bytes:
                 ax.annotate(f"K={int(r.k_at_largest)}", (r.largest_fit_batch, r.peak_at_largest_bytes / t.MIB),
                             textcoords="offset points", xytext=(4, -12), fontsize=7, color=style["color"])
         if cap_mib is not None:
-            ax.axhline(cap_mib, ls="--", color="#555555", lw=1, label=f"capacity {cap_mib:.0f} MiB (x: out of memory)")
+            ax.axhline(cap_mib, ls="--", color="#555555", lw=1,
+                       label=f"capacity {cap_mib:.0f} MiB (x: out of memory; *: one seed does not fit)")
+        if group["recompute_at_largest"].any():
+            ax.scatter([], [], marker="o", s=90, facecolors="none", edgecolors="#555555", label="with recomputation")
         if batches:
             ax.set_xscale("log", base=2)
         ax.set_xlabel("logical batch size (seeds), every probe of the search")
@@ -56,7 +68,9 @@ def draw_memory_wall(searches: pd.DataFrame):
         bars = bar_ax.barh(labels, values, color=[_style(s)["color"] for s in group["system"]])
         for bar, r in zip(bars, group.itertuples()):
             k = "" if r.k_at_largest is None or pd.isna(r.k_at_largest) else f" K={int(r.k_at_largest)}"
-            note = " (training set)" if r.capped_at_training_set else ("" if r.status == "ok" else f" ({r.status})")
+            note = {"training_set": " (training set)", "single_seed": " (stopped: one seed does not fit)",
+                    "capacity": "", "stopped": f" ({r.status})"}.get(r.wall_reason, "")
+            note += ", recomputation" if r.recompute_at_largest else ""
             bar_ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {int(bar.get_width())}{k}{note}",
                         va="center", fontsize=7)
         sizes = group["training_set_size"].dropna()

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from cherry.bench.capacity import BatchSearch, search_largest_batch
+from cherry.bench.capacity import WALL_REASONS, BatchSearch, search_largest_batch, wall_reason
 from cherry.bench.capacity_run import main as capacity_main
 from cherry.bench.capacity_run import search_spec
 
@@ -156,3 +156,42 @@ def test_cli_searches_a_real_run_on_synth_tiny(synth_tiny, data_root, tmp_path):
     assert statuses <= {"ok", "oom"}
     fitted = [p["batch_size"] for p in record["probes"] if p["status"] == "ok"]
     assert record["largest_fit_batch"] == (max(fitted) if fitted else None)
+
+
+def _probe(batch: int, status: str, single: bool | None = None) -> dict:
+    return {"batch_size": batch, "status": status, "oom_single_seed": single}
+
+
+@pytest.mark.parametrize("status, largest, oom, probes, reason", [
+    ("ok", 1200, None, [_probe(600, "ok"), _probe(1200, "ok")], "training_set"),
+    ("ok", 32, 64, [_probe(64, "oom", True), _probe(32, "ok")], "single_seed"),
+    ("ok", None, 1, [_probe(2, "oom", True), _probe(1, "oom", True)], "single_seed"),
+    # a K=1 system: its failing batch was not at one seed per micro-batch
+    ("ok", 4, 8, [_probe(8, "oom", False), _probe(4, "ok")], "capacity"),
+    # the earlier failing probe was of one seed, the wall's own (smallest failing) probe was not
+    ("ok", 32, 40, [_probe(64, "oom", True), _probe(32, "ok"), _probe(40, "oom", False)], "capacity"),
+    # a record from before oom_single_seed existed
+    ("ok", 32, 64, [{"batch_size": 64, "status": "oom"}, _probe(32, "ok")], "capacity"),
+    ("timeout", 512, None, [_probe(512, "ok"), _probe(1024, "timeout")], "stopped"),
+])
+def test_wall_reason_reads_the_smallest_failing_probe(status, largest, oom, probes, reason):
+    assert wall_reason(status, largest, oom, 1200, probes) == reason
+    assert reason in WALL_REASONS
+
+
+def test_search_record_says_what_stopped_it_and_whether_the_largest_batch_recomputed():
+    def probe(spec, path):  # fits up to 100 seeds, recomputing above 50; above 100 one seed does not fit
+        b = spec.batch_size
+        ok = b <= 100
+        record = {"status": "ok" if ok else "oom", "reason": None if ok else "one seed", "num_microbatches_max": 1,
+                  "peak_tracked_bytes": b, "estimated_peak_bytes": None, "step_time_median_s": 0.1, "wall_s": 0.1,
+                  "recompute_steps": int(ok and b > 50), "oom_single_seed": None if ok else True}
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+
+    record = search_spec(_spec(batch_size=16), limit=1200, ratio_tolerance=1.01, seed_tolerance=1, probe_run=probe)
+    assert record["largest_fit_batch"] == 100 and record["smallest_oom_batch"] == 101
+    assert record["wall_reason"] == "single_seed" and record["recompute_at_largest"]
+    assert all(p["oom_single_seed"] for p in record["probes"] if p["status"] == "oom")
+    below = search_spec(_spec(batch_size=16), limit=40, probe_run=probe)
+    assert below["wall_reason"] == "training_set" and not below["recompute_at_largest"]

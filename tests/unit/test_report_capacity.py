@@ -52,3 +52,35 @@ def test_time_per_epoch_is_the_median_step_times_the_steps_of_an_epoch():
     median, low, high = t.epoch_time_stats(rows, 1200)
     assert median == pytest.approx(2.0 * math.ceil(1200 / 500)) and low < median < high
     assert t.epoch_time_stats(rows[rows["status"] == "oom"], 1200) is None
+
+
+def test_the_report_says_who_stopped_at_one_seed_and_who_recomputed(tmp_path):
+    from cherry.report.summary import wall_section
+    from cherry.report.wall_figures import draw_memory_wall
+
+    paths = []
+    for system, largest, oom in (("cherry", 1200, None), ("naive", 32, 64), ("full", 4, 8)):
+        record = search_record(system, largest, oom, capped=largest == 1200)
+        record["probes"] = [{"batch_size": 4, "status": "ok", "num_microbatches_max": 1, "peak_tracked_bytes": 10,
+                             "recompute_steps": int(system == "cherry")},
+                            {"batch_size": largest, "status": "ok", "num_microbatches_max": 1,
+                             "peak_tracked_bytes": 20, "recompute_steps": int(system == "cherry")}]
+        if oom is not None:  # naive failed at one seed per micro-batch; full (K=1) at a K of 1 for 8 seeds
+            record["probes"].append({"batch_size": oom, "status": "oom", "num_microbatches_max": None,
+                                     "peak_tracked_bytes": None, "oom_single_seed": system == "naive"})
+        path = tmp_path / f"{system}.json"
+        path.write_text(json.dumps(record))
+        paths.append(path)
+    rows = t.load_searches(paths)
+    assert list(rows["wall_reason"]) == ["training_set", "single_seed", "capacity"]
+    assert list(rows["recompute_at_largest"]) == [True, False, False]
+    text = "\n".join(wall_section(rows))
+    verdict = next(line for line in text.splitlines() if line.startswith("- synth-tiny"))
+    assert "stopped because one seed did not fit: naive (K=auto) up to 32" in verdict
+    assert "went on with recomputation: cherry (K=auto) up to 1,200" in verdict
+    assert "ran out of memory at their own K: full up to 4" in verdict and "training set" not in verdict
+    assert "one seed does not fit" in text and "reached the training set; with recomputation" in text
+    fig = draw_memory_wall(rows)
+    texts = [x.get_text() for ax in fig.axes for x in ax.texts]
+    assert any("stopped: one seed does not fit" in s and s.strip().startswith("32") for s in texts)
+    assert any("training set" in s and "recomputation" in s for s in texts)

@@ -239,3 +239,23 @@ def test_timed_runs_claim_every_core_and_keep_their_compute_threads(tmp_path):
     for run, job in jobs.items():
         ranks = 2 if run.startswith("distributed") else 1
         assert f"OMP_NUM_THREADS={ranks} MKL_NUM_THREADS={ranks} python" in job["shell"], (run, job["shell"])
+
+
+def test_default_config_plans_the_memory_wall_case_where_k_alone_stops(tmp_path):
+    # issue 22 item 7: the default memory wall has a case whose largest single-seed micro-batch exceeds
+    # the capacity (a deep all-neighbour GAT); every system of it is one planned search, cherry's with
+    # recomputation allowed (options.recompute auto)
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["data"] = {"root": str(tmp_path / "data")}
+    write_config(tmp_path, config)
+    case = {sid: s for sid, s in plan_searches(config).items()
+            if s["spec"]["model"] == "gat" and set(s["spec"]["fanouts"]) == {-1}}
+    systems = {s["spec"]["system"] for s in case.values()}
+    assert {"cherry", "naive", "betty", "buffalo", "dgl", "pyg"} <= systems
+    assert all(s["spec"]["device_memory_bytes"] for s in case.values())
+    assert next(s for s in case.values() if s["spec"]["system"] == "cherry")["spec"]["options"]["recompute"] == "auto"
+    result = snakemake(tmp_path, "-n", "--cores", "2", *(f"results/records/searches/{sid}.json" for sid in case))
+    assert result.returncode == 0, result.stderr[-3000:]
+    planned = {line.strip().split("=", 1)[1] for line in (result.stdout + result.stderr).splitlines()
+               if line.strip().startswith("wildcards: search=")}
+    assert planned == set(case)
