@@ -94,18 +94,31 @@ def _sample_edges(rng, spec: SynthSpec, labels: np.ndarray, weights: np.ndarray)
     return np.stack([keys // n, keys % n], axis=1)
 
 
-def _features(rng, spec: SynthSpec, labels: np.ndarray) -> np.ndarray:
-    f = spec.feature_dim
-    centroids = rng.standard_normal((spec.num_classes, f)) * spec.feature_signal
-    x = centroids[labels] + rng.standard_normal((spec.num_nodes, f))
+def quantized_features(x: np.ndarray) -> np.ndarray:
+    """``x`` rounded to multiples of `FEATURE_STEP` within +-`FEATURE_LIMIT`, as float32."""
     q = np.clip(np.rint(x / FEATURE_STEP), -159, 159)
     return (q * FEATURE_STEP).astype(np.float32)
 
 
+def _features(rng, spec: SynthSpec, labels: np.ndarray) -> np.ndarray:
+    f = spec.feature_dim
+    centroids = rng.standard_normal((spec.num_classes, f)) * spec.feature_signal
+    return quantized_features(centroids[labels] + rng.standard_normal((spec.num_nodes, f)))
+
+
 def generate(spec: SynthSpec) -> SynthArrays:
-    """Generate the dataset described by ``spec`` (see module docstring for the guarantees)."""
+    """Generate the dataset described by ``spec`` (see module docstring for the guarantees), all in
+    memory; a ``chunked`` spec gives the arrays of `cherry.data.synthetic_chunked` (its own stream),
+    which `cherry data prepare` streams without ever holding them whole."""
     if not isinstance(spec, SynthSpec):
         raise TypeError(f"spec must be a SynthSpec, got {type(spec).__name__}")
+    if spec.chunked:
+        from cherry.data.synthetic_chunked import ChunkedSynth
+
+        with ChunkedSynth(spec) as chunks:
+            return SynthArrays(edges=np.concatenate(list(chunks.edge_blocks())),
+                               features=np.concatenate(list(chunks.feature_blocks())), labels=chunks.labels,
+                               train_idx=chunks.train_idx, valid_idx=chunks.valid_idx, test_idx=chunks.test_idx)
     rng = np.random.default_rng(spec.seed)
     n, c = spec.num_nodes, spec.num_classes
     class_p = 1.0 / np.arange(1, c + 1) ** spec.class_skew
