@@ -37,10 +37,12 @@ _COPY_BYTES = 8 << 20
 Progress = Optional[Callable[[str, float], None]]
 
 
-def csv_blocks(path: Path, rows: int = READ_ROWS) -> Iterator[np.ndarray]:
-    """The rows of a headerless gzip CSV, ``rows`` at a time, parsed as pandas parses the whole file."""
+def csv_blocks(path: Path, rows: int | None = None) -> Iterator[np.ndarray]:
+    """The rows of a headerless gzip CSV, ``rows`` (default `READ_ROWS`) at a time, parsed as pandas
+    parses the whole file."""
     import pandas as pd
 
+    rows = rows or READ_ROWS
     with pd.read_csv(path, compression="gzip", header=None, chunksize=rows) as reader:
         for frame in reader:
             yield frame.to_numpy()
