@@ -26,6 +26,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -111,19 +112,25 @@ sys.exit(proc.returncode)
 """
 
 
-def _run(cmd: list[str], env: dict, group: MemoryGroup | None, log: Path) -> dict:
+def _run(cmd: list[str], env: dict, group: MemoryGroup | None, log: Path, timeout_s: float) -> dict:
     """Run ``cmd`` (under ``group``'s limit if given); exit status, wall time and peaks."""
     if group is not None:
         group.reset_peak()
     start = time.perf_counter()
     with open(log, "w") as out:
-        proc = subprocess.run([sys.executable, "-c", _MEASURE, *cmd], env=env, stdout=out, stderr=subprocess.STDOUT,
-                              preexec_fn=group.enter if group is not None else None)
+        proc = subprocess.Popen([sys.executable, "-c", _MEASURE, *cmd], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=group.enter if group is not None else None, start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            returncode = None
     wall_s = time.perf_counter() - start
     text = log.read_text()
     rss = re.findall(r"RU_MAXRSS_KIB (\d+)", text)
-    status = "ok" if proc.returncode == 0 else ("killed" if proc.returncode in (-9, 137) or "Killed" in text
-                                                 else f"exit {proc.returncode}")
+    status = "ok" if returncode == 0 else "timeout" if returncode is None else (
+        "killed" if returncode in (-9, 137) or "Killed" in text else f"exit {returncode}")
     return {"status": status, "wall_s": wall_s, "peak_rss_bytes": int(rss[-1]) * 1024 if rss else None,
             "group_peak_bytes": group.peak_bytes() if group is not None else None}
 
@@ -158,10 +165,11 @@ def _mib(x) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.large_scale", description=__doc__.splitlines()[0])
     p.add_argument("--scale", type=float, default=0.01, help="synth-papers scale (0.01: 1.1 M nodes, 16 M edges)")
-    p.add_argument("--limit", type=_bytes, default=_bytes("512MiB"), help="the cgroup's memory limit")
+    p.add_argument("--limit", type=_bytes, default=_bytes("640MiB"), help="the cgroup's memory limit")
     p.add_argument("--repeats", type=int, default=3, help="limited / unlimited training pairs")
     p.add_argument("--steps", type=int, default=20, help="training steps per run (batch 512, fanouts 10,10)")
     p.add_argument("--root", type=Path, default=None, help="where the datasets go (default: a temporary directory)")
+    p.add_argument("--timeout-s", type=float, default=900.0, help="a run taking longer is stopped (status timeout)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = p.parse_args(argv)
     why = cgroup_unavailable()
@@ -179,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             where = root / label
             cmd = [sys.executable, "-m", "cherry", "data", "prepare", "synth-papers", "--scale", str(args.scale),
                    "--root", str(where), "--force"]
-            run = _run(cmd, env, group if limited else None, root / f"prepare-{label}.log")
+            run = _run(cmd, env, group if limited else None, root / f"prepare-{label}.log", args.timeout_s)
             files = _cache_files(where)
             run["cache_bytes"] = sum(f.stat().st_size for f in files)
             results["prepare"][label] = run
@@ -200,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 _evict(files) if limited else _warm(files)
                 out = root / f"train-{label}-{r}.json"
                 run = _run(train_cmd + ["--json", str(out)], env, group if limited else None,
-                           root / f"train-{label}-{r}.log")
+                           root / f"train-{label}-{r}.log", args.timeout_s)
                 if run["status"] == "ok":
                     epoch = json.loads(out.read_text())["epochs"][0]
                     run["steps"], run["train_wall_s"] = epoch["num_steps"], epoch["wall_s"]

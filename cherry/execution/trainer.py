@@ -31,6 +31,7 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from cherry.data import Dataset
+from cherry.data.readahead import RowReadahead
 from cherry.execution.executor import ExecutorOptions, MicrobatchExecutor, PlannedBatch, StepStats
 from cherry.execution.inference import evaluate
 from cherry.models import build_model, count_parameters, reads_degree_layouts
@@ -129,6 +130,9 @@ class Trainer:
         # wait for its own kernels only, not for the step's compute queued on the default stream.
         self._loader_stream = torch.cuda.Stream(self.device) if self.data.graph.indptr.is_cuda else None
         self.generator = sampling_generator(spec.seed)
+        # features memory-mapped from a cache, read on the host: hint the kernel to read each batch's rows
+        # ahead, from the loader thread (cherry.data.readahead)
+        self._readahead = RowReadahead.for_dataset(self.data) if self.data.features.device.type == "cpu" else None
 
     @property
     def num_parameters(self) -> int:
@@ -137,7 +141,10 @@ class Trainer:
     def prepare(self, seeds: torch.Tensor, generator: torch.Generator) -> PlannedBatch:
         """Sample and plan one mini-batch (what the loader runs ahead, on its thread)."""
         if self._loader_stream is None:
-            return self.executor.plan_batch(self.sampler.sample(seeds, generator), self.data.features)
+            planned = self.executor.plan_batch(self.sampler.sample(seeds, generator), self.data.features)
+            if self._readahead is not None:  # this batch's rows start coming from disk during the step before
+                self._readahead(planned.blocks.input_nodes)
+            return planned
         with torch.cuda.stream(self._loader_stream):
             blocks = self.sampler.sample(seeds.to(self.data.graph.indptr.device), generator)
             planned = self.executor.plan_batch(blocks, self.data.features)
