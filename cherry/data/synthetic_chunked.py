@@ -1,4 +1,5 @@
-"""The generator of `cherry.data.synthetic` in bounded memory: the same model, drawn in chunks.
+"""The generator of `cherry.data.synthetic` in bounded memory: the same model, drawn in chunks
+(its shared draws in `cherry.data.synth_draws`).
 
 For a spec with ``chunked=True`` (synth-papers) a dataset of any size is generated while holding only
 per-node vectors (labels, weights, a few int64/float64 values per node) and one chunk of edges or
@@ -49,7 +50,7 @@ class ChunkedSynth:
     """
 
     def __init__(self, spec: SynthSpec, workdir: Path | None = None) -> None:
-        from cherry.data.synthetic import _node_weights
+        from cherry.data.synth_draws import _node_weights
 
         if not isinstance(spec, SynthSpec):
             raise TypeError(f"spec must be a SynthSpec, got {type(spec).__name__}")
@@ -89,7 +90,7 @@ class ChunkedSynth:
         return self._dir / f"bucket-{b}.i64"
 
     def _draw_piece(self, piece: int, draws: int, order, cumw, class_start, class_end) -> np.ndarray:
-        from cherry.data.synthetic import _sample_from_segments
+        from cherry.data.synth_draws import _sample_from_segments
 
         spec, n = self.spec, self.spec.num_nodes
         rng = _rng(spec, _EDGES, piece)
@@ -166,7 +167,7 @@ class ChunkedSynth:
 
     def feature_blocks(self) -> Iterator[np.ndarray]:
         """``[k, F]`` float32 feature rows, in node order, `CHUNK_NODES` rows per block."""
-        from cherry.data.synthetic import quantized_features
+        from cherry.data.synth_draws import quantized_features
 
         spec = self.spec
         centroids = _rng(spec, _CENTROIDS).standard_normal((spec.num_classes, spec.feature_dim))
