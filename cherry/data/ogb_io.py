@@ -1,7 +1,8 @@
 """OGB's on-disk layout: write generated datasets into it, read any dataset through OGB's own loader.
 
-Reading always goes through ``ogb.nodeproppred.NodePropPredDataset`` so generated and real data take
-the same path. OGB may prompt (``input()``) when ``RELEASE_v1.txt`` is missing and may try to download
+`read_ogb` reads through ``ogb.nodeproppred.NodePropPredDataset`` (real datasets; generated layouts
+too when asked, as the tests do). `cherry data prepare` reads generated layouts in bounded memory with
+`cherry.data.bounded` instead, which gives the same cache bytes. OGB may prompt (``input()``) when ``RELEASE_v1.txt`` is missing and may try to download
 when raw files are missing; both would hang or crash a batch job, so `check_ogb_files` runs first and
 `read_ogb` additionally disables OGB's download and prompt while it runs. OGB's own console output is
 captured (the data layer never prints), and its cached ``processed/`` file is loaded with
