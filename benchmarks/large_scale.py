@@ -1,6 +1,6 @@
 """Beyond host memory (issue 26, item 3): prepare and train a generated graph larger than a memory limit.
 
-    python -m benchmarks.large_scale [--scale 0.01] [--limit 512MiB] [--repeats 3] [--steps 20]
+    python -m benchmarks.large_scale [--scale 0.01] [--limit 640MiB] [--repeats 3] [--steps 20] [--ablate N]
 
 A cgroup memory limit (v1 ``memory.limit_in_bytes``, or v2 ``memory.max``) below the dataset's size is
 put on child processes: ``cherry data prepare synth-papers --scale S`` (the bounded prepare), then
@@ -15,8 +15,10 @@ resident memory (``ru_maxrss``, which counts mapped file pages too), the group's
 cache included), and for training the throughput (seeds per second over the measured steps). Training
 runs alternate limited / unlimited, ``--repeats`` times; the ratio limited / unlimited is the median of
 the per-pair ratios with a bootstrap 95% interval. Prepare runs once each (minutes; a deterministic
-program, so its peak needs no repeats). Needs root and a cgroup memory controller; otherwise it prints
-one line saying why and exits 0.
+program, so its peak needs no repeats). ``--ablate N`` adds N limited runs each without the loader's
+read-ahead and without sorted gathers either (`benchmarks/large_scale_ablation.py`), to show what they
+bring; ``--skip-prepare`` reuses the caches under ``--root``. Needs root and a cgroup memory controller;
+otherwise it prints one line saying why and exits 0.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from pathlib import Path
 V1_ROOT = Path("/sys/fs/cgroup/memory")
 V2_ROOT = Path("/sys/fs/cgroup")
 PLUGIN = Path(__file__).with_name("large_scale_dataset.py")
+ABLATION = Path(__file__).with_name("large_scale_ablation.py")
 DATASET = "synth-papers-large"  # registered by PLUGIN: synth-papers at $CHERRY_LARGE_SCALE in $CHERRY_LARGE_ROOT
 
 
@@ -169,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="limited / unlimited training pairs")
     p.add_argument("--steps", type=int, default=20, help="training steps per run (batch 512, fanouts 10,10)")
     p.add_argument("--root", type=Path, default=None, help="where the datasets go (default: a temporary directory)")
+    p.add_argument("--ablate", type=int, default=0, metavar="N",
+                   help="also train limited N times each without read-ahead, and without sorted gathers either")
+    p.add_argument("--skip-prepare", action="store_true", help="reuse the caches already under --root")
     p.add_argument("--timeout-s", type=float, default=900.0, help="a run taking longer is stopped (status timeout)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = p.parse_args(argv)
@@ -183,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     group = MemoryGroup(args.limit)
     results: dict = {"scale": args.scale, "limit_bytes": args.limit, "prepare": {}, "train": []}
     try:
-        for label, limited in (("limited", True), ("unlimited", False)):
+        for label, limited in (("limited", True), ("unlimited", False)) if not args.skip_prepare else ():
             where = root / label
             cmd = [sys.executable, "-m", "cherry", "data", "prepare", "synth-papers", "--scale", str(args.scale),
                    "--root", str(where), "--force"]
@@ -193,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             results["prepare"][label] = run
             print(f"prepare {label:9s}: {run['status']:6s} {run['wall_s']:6.1f} s  peak RSS {_mib(run['peak_rss_bytes'])} MiB"
                   f"  group peak {_mib(run['group_peak_bytes'])} MiB  cache {_mib(run['cache_bytes'])} MiB", flush=True)
-        if results["prepare"]["limited"]["status"] != "ok":
+        if not args.skip_prepare and results["prepare"]["limited"]["status"] != "ok":
             print("large_scale: the limited prepare failed; see", root / "prepare-limited.log")
             return 1
         data_root = root / "limited"  # the cache the limited prepare wrote (identical bytes to the other)
@@ -218,6 +224,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"train {label:9s} #{r}: {run['status']:6s} {run.get('seeds_per_s', float('nan')):8.0f} seeds/s"
                       f"  peak RSS {_mib(run['peak_rss_bytes'])} MiB  group peak {_mib(run['group_peak_bytes'])} MiB",
                       flush=True)
+        for r in range(args.ablate):  # limited only: what sorting and read-ahead bring
+            for mode in ("no-readahead", "plain"):
+                _evict(files)
+                out = root / f"train-{mode}-{r}.json"
+                ablated = dict(env, CHERRY_PLUGINS=f"{PLUGIN},{ABLATION}", CHERRY_LARGE_ABLATE=mode)
+                run = _run(train_cmd + ["--json", str(out)], ablated, group, root / f"train-{mode}-{r}.log",
+                           args.timeout_s)
+                if run["status"] == "ok":
+                    epoch = json.loads(out.read_text())["epochs"][0]
+                    run["seeds_per_s"] = epoch["num_steps"] * 512 / epoch["wall_s"]
+                run.update(label=f"limited, {mode}", repeat=r)
+                results["train"].append(run)
+                print(f"train limited {mode:12s} #{r}: {run['status']:7s} {run.get('seeds_per_s', float('nan')):8.0f} "
+                      f"seeds/s  wall {run['wall_s']:.0f} s", flush=True)
     finally:
         group.remove()
         if args.root is None:
