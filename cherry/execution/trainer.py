@@ -126,13 +126,13 @@ class Trainer:
                                            seed_rank=rank, memory=memory, probe=self.probe)
         # layouts only for a model that reads them (an LSTM): on a device each costs host read-backs
         self.sampler = NeighborSampler(self.data.graph, spec.fanouts, layouts=reads_degree_layouts(self.model))
+        # features memory-mapped from a cache, read on the host: hint the kernel to read each batch's rows
+        # ahead, from the loader thread (cherry.data.readahead)
+        self._readahead = RowReadahead.for_dataset(self.data) if self.data.features.device.type == "cpu" else None
         # Device construction runs on its own stream: the loader's read-backs (sizes, layouts) then
         # wait for its own kernels only, not for the step's compute queued on the default stream.
         self._loader_stream = torch.cuda.Stream(self.device) if self.data.graph.indptr.is_cuda else None
         self.generator = sampling_generator(spec.seed)
-        # features memory-mapped from a cache, read on the host: hint the kernel to read each batch's rows
-        # ahead, from the loader thread (cherry.data.readahead)
-        self._readahead = RowReadahead.for_dataset(self.data) if self.data.features.device.type == "cpu" else None
 
     @property
     def num_parameters(self) -> int:
