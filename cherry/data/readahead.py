@@ -8,6 +8,10 @@ the kernel to start reading the pages of the rows a coming batch will gather
 ``i + 1``'s input nodes while batch ``i`` computes, can hide that I/O behind the step. Rows are taken in
 ascending order and adjacent pages merged into one request.
 
+Only where the page cache has room for the whole table (`page_cache_room_bytes`: the host's available
+memory and the cgroup's limit less its usage): with less room, the hinted pages of batch ``i + 1``
+evict those of batch ``i`` before it is gathered (measured under a 640 MiB cgroup limit on an 806 MiB
+cache: x0.6 the throughput of no read-ahead), while sorted gathers alone ride the kernel's read-around.
 Advisory only: it changes no data and no result, only when pages arrive; a failed hint is ignored.
 """
 from __future__ import annotations
@@ -20,6 +24,41 @@ import numpy as np
 import torch
 
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+        return None if text == "max" else int(text)
+    except (OSError, ValueError):
+        return None
+
+
+def page_cache_room_bytes() -> int | None:
+    """Memory the page cache may grow into: the smaller of the host's ``MemAvailable`` and this
+    process's cgroup memory limit less its usage (v1 or v2); None where neither can be read."""
+    room = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    room.append(int(line.split()[1]) * 1024)
+        with open("/proc/self/cgroup", encoding="ascii") as groups:
+            lines = [line.rstrip("\n").split(":", 2) for line in groups]
+    except (OSError, ValueError, IndexError):
+        return min(room) if room else None
+    for _, controllers, rel in lines:
+        if "memory" in controllers.split(","):  # v1
+            base = Path("/sys/fs/cgroup/memory") / rel.lstrip("/")
+            limit, usage = _read_int(base / "memory.limit_in_bytes"), _read_int(base / "memory.usage_in_bytes")
+        elif controllers == "":  # v2 (unified)
+            base = Path("/sys/fs/cgroup") / rel.lstrip("/")
+            limit, usage = _read_int(base / "memory.max"), _read_int(base / "memory.current")
+        else:
+            continue
+        if limit is not None and usage is not None and limit < (1 << 60):
+            room.append(max(limit - usage, 0))
+    return min(room) if room else None
 
 
 class RowReadahead:
@@ -51,6 +90,9 @@ class RowReadahead:
         path = Path(cache_dir) / "features.npy"
         if not path.is_file() or path.stat().st_size < MMAP_THRESHOLD_BYTES:
             return None
+        room = page_cache_room_bytes()
+        if room is not None and room < path.stat().st_size:
+            return None  # hinted pages would evict the rows of the batch being gathered (measured: x0.6)
         ahead = cls(path)
         return ahead if ahead.num_rows == dataset.features.shape[0] else None
 

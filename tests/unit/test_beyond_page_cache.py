@@ -25,6 +25,11 @@ def test_gather_rows_equals_index_select(monkeypatch, threshold):
     assert gather_rows(x, torch.empty(0, dtype=torch.int64)).shape == (0, 7)
 
 
+def test_page_cache_room_is_a_positive_size_here():
+    room = readahead_mod.page_cache_room_bytes()
+    assert room is None or 0 <= room < (1 << 60)
+
+
 def test_only_memory_mapped_tables_count_as_file_backed(tmp_path):
     np.save(tmp_path / "x.npy", np.ones((64, 16), dtype=np.float32))
     mapped = torch.from_numpy(np.load(tmp_path / "x.npy", mmap_mode="c"))
@@ -64,5 +69,8 @@ def test_readahead_only_for_memory_mapped_features(tmp_path, monkeypatch):
     small = SimpleNamespace(metadata={"cache_dir": str(tmp_path)}, features=torch.zeros(10, 4))
     assert RowReadahead.for_dataset(small) is None  # below the mapping threshold: read into memory
     monkeypatch.setattr("cherry.data.cache.MMAP_THRESHOLD_BYTES", 0)
+    monkeypatch.setattr(readahead_mod, "page_cache_room_bytes", lambda: 1 << 30)
     assert isinstance(RowReadahead.for_dataset(small), RowReadahead)
+    monkeypatch.setattr(readahead_mod, "page_cache_room_bytes", lambda: 100)  # less room than the table
+    assert RowReadahead.for_dataset(small) is None
     assert RowReadahead.for_dataset(SimpleNamespace(metadata={}, features=torch.zeros(10, 4))) is None
