@@ -15,9 +15,9 @@ resident memory (``ru_maxrss``, which counts mapped file pages too), the group's
 cache included), and for training the throughput (seeds per second over the measured steps). Training
 runs alternate limited / unlimited, ``--repeats`` times; the ratio limited / unlimited is the median of
 the per-pair ratios with a bootstrap 95% interval. Prepare runs once each (minutes; a deterministic
-program, so its peak needs no repeats). ``--ablate N`` adds N interleaved rounds of limited runs: as
-is, without the loader's read-ahead, and without sorted gathers either (`benchmarks/large_scale_ablation.py`), to show what they
-bring; ``--skip-prepare`` reuses the caches under ``--root``. Needs root and a cgroup memory controller;
+program, so its peak needs no repeats). ``--ablate N`` adds N interleaved pairs of limited runs with
+and without sorted gathers (`benchmarks/large_scale_ablation.py`), to show what sorting brings;
+``--skip-prepare`` reuses the caches under ``--root``. Needs root and a cgroup memory controller;
 otherwise it prints one line saying why and exits 0.
 """
 from __future__ import annotations
@@ -173,8 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=20, help="training steps per run (batch 512, fanouts 10,10)")
     p.add_argument("--root", type=Path, default=None, help="where the datasets go (default: a temporary directory)")
     p.add_argument("--ablate", type=int, default=0, metavar="N",
-                   help="also train limited N times each as is, without read-ahead, and without sorted gathers "
-                        "either (interleaved)")
+                   help="also train limited N times each with and without sorted gathers (interleaved)")
     p.add_argument("--skip-prepare", action="store_true", help="reuse the caches already under --root")
     p.add_argument("--timeout-s", type=float, default=900.0, help="a run taking longer is stopped (status timeout)")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
@@ -225,12 +224,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"train {label:9s} #{r}: {run['status']:6s} {run.get('seeds_per_s', float('nan')):8.0f} seeds/s"
                       f"  peak RSS {_mib(run['peak_rss_bytes'])} MiB  group peak {_mib(run['group_peak_bytes'])} MiB",
                       flush=True)
-        for r in range(args.ablate):  # limited only: what sorting and read-ahead bring
-            for mode in ("full", "no-readahead", "plain")[::1 if r % 2 == 0 else -1]:
+        for r in range(args.ablate):  # limited only: what sorted gathers bring
+            for mode in ("sorted", "plain")[::1 if r % 2 == 0 else -1]:
                 _evict(files)
                 out = root / f"train-{mode}-{r}.json"
-                ablated = env if mode == "full" else dict(env, CHERRY_PLUGINS=f"{PLUGIN},{ABLATION}",
-                                                           CHERRY_LARGE_ABLATE=mode)
+                ablated = env if mode == "sorted" else dict(env, CHERRY_PLUGINS=f"{PLUGIN},{ABLATION}")
                 run = _run(train_cmd + ["--json", str(out)], ablated, group, root / f"train-{mode}-{r}.log",
                            args.timeout_s)
                 if run["status"] == "ok":

@@ -31,7 +31,6 @@ from typing import Callable, Iterator, Optional
 import torch
 
 from cherry.data import Dataset
-from cherry.data.readahead import RowReadahead
 from cherry.execution.executor import ExecutorOptions, MicrobatchExecutor, PlannedBatch, StepStats
 from cherry.execution.inference import evaluate
 from cherry.models import build_model, count_parameters, reads_degree_layouts
@@ -126,9 +125,6 @@ class Trainer:
                                            seed_rank=rank, memory=memory, probe=self.probe)
         # layouts only for a model that reads them (an LSTM): on a device each costs host read-backs
         self.sampler = NeighborSampler(self.data.graph, spec.fanouts, layouts=reads_degree_layouts(self.model))
-        # features memory-mapped from a cache, read on the host: hint the kernel to read each batch's rows
-        # ahead, from the loader thread (cherry.data.readahead)
-        self._readahead = RowReadahead.for_dataset(self.data) if self.data.features.device.type == "cpu" else None
         # Device construction runs on its own stream: the loader's read-backs (sizes, layouts) then
         # wait for its own kernels only, not for the step's compute queued on the default stream.
         self._loader_stream = torch.cuda.Stream(self.device) if self.data.graph.indptr.is_cuda else None
@@ -141,10 +137,7 @@ class Trainer:
     def prepare(self, seeds: torch.Tensor, generator: torch.Generator) -> PlannedBatch:
         """Sample and plan one mini-batch (what the loader runs ahead, on its thread)."""
         if self._loader_stream is None:
-            planned = self.executor.plan_batch(self.sampler.sample(seeds, generator), self.data.features)
-            if self._readahead is not None:  # this batch's rows start coming from disk during the step before
-                self._readahead(planned.blocks.input_nodes)
-            return planned
+            return self.executor.plan_batch(self.sampler.sample(seeds, generator), self.data.features)
         with torch.cuda.stream(self._loader_stream):
             blocks = self.sampler.sample(seeds.to(self.data.graph.indptr.device), generator)
             planned = self.executor.plan_batch(blocks, self.data.features)
