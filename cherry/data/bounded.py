@@ -104,7 +104,7 @@ def write_csc(edge_blocks: Iterable[np.ndarray], num_nodes: int, workdir: Path, 
     declares (a shorter or longer edge list is a ValueError naming ``where``).
     """
     n = int(num_nodes)
-    expected = declared_edges if declared_edges is not None else None
+    expected = declared_edges  # sizes the buckets (~BUCKET_ENTRIES entries each); without it, ~1 edge per node
     per_bucket = max(1, BUCKET_ENTRIES * n // max(2 * (expected or n), 1))
     num_buckets = max(1, math.ceil(n / per_bucket))
     bucket_path = lambda b: Path(workdir) / f"csc-{b}.i64"  # noqa: E731
