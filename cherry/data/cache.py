@@ -100,20 +100,41 @@ def write_cache(cache_dir: Path, arrays: dict[str, np.ndarray], info: dict) -> P
     tmp = temp_sibling(cache_dir)
     tmp.mkdir()
     try:
-        files = {}
         for key in ARRAY_NAMES:
-            arr = np.ascontiguousarray(arrays[key])
-            path = tmp / f"{key}.npy"
-            np.save(path, arr, allow_pickle=False)
-            files[key] = {"file": path.name, "sha256": sha256_file(path), "bytes": path.stat().st_size,
-                          "shape": list(arr.shape), "dtype": str(arr.dtype)}
-        manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, **info, "files": files}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")  # tmp is private
-        swap_into_place(tmp, cache_dir)
+            np.save(tmp / f"{key}.npy", np.ascontiguousarray(arrays[key]), allow_pickle=False)
+        seal_cache(tmp, cache_dir, info)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return cache_dir
+
+
+def _npy_header(path: Path) -> tuple[list, str]:
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+    return list(shape), str(dtype)
+
+
+def seal_cache(build_dir: Path, cache_dir: Path, info: dict) -> Path:
+    """Make ``build_dir`` (holding exactly the ``<name>.npy`` files of `ARRAY_NAMES`, written by any
+    means, e.g. streamed by `cherry.data.bounded`) the cache ``cache_dir``: write its manifest (sha256,
+    size, shape and dtype of every file, ``info`` merged in), then rename it into place (atomic)."""
+    build_dir = Path(build_dir)
+    present = sorted(p.stem for p in build_dir.glob("*.npy"))
+    if present != sorted(ARRAY_NAMES):
+        raise ValueError(f"cache arrays must be exactly {ARRAY_NAMES}, got {present}")
+    files = {}
+    for key in ARRAY_NAMES:
+        path = build_dir / f"{key}.npy"
+        shape, dtype = _npy_header(path)
+        files[key] = {"file": path.name, "sha256": sha256_file(path), "bytes": path.stat().st_size,
+                      "shape": shape, "dtype": dtype}
+    manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, **info, "files": files}
+    (build_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")  # private dir
+    swap_into_place(build_dir, Path(cache_dir))
+    return Path(cache_dir)
 
 
 def swap_into_place(new: Path, target: Path) -> None:

@@ -1,7 +1,8 @@
 """Public entry points: prepare (generate or convert once), load (from the verified cache), describe.
 
-Flow for a generated name: generate arrays -> write OGB's CSV layout -> read back with OGB's loader ->
-CSC graph -> `.npy` cache, all inside a temporary directory renamed into ``<root>/<dir_name>`` at the
+Flow for a generated name: generate -> write OGB's CSV layout -> read it back in blocks and build the
+CSC graph on disk (`cherry.data.bounded`, bounded memory; a ``chunked`` spec is also generated in
+bounded memory) -> `.npy` cache, all inside a temporary directory renamed into ``<root>/<dir_name>`` at the
 end, so an interruption leaves nothing half-written. For a real OGB name the user's files in
 ``<root>/<ogbn_name>`` are checked first (a missing file is a one-line FileNotFoundError naming the
 directory; nothing is downloaded, nothing prompts), read with OGB's loader and converted into
@@ -27,6 +28,7 @@ import dataclasses
 import errno
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -36,10 +38,13 @@ import torch
 from cherry.data import cache as cache_mod
 from cherry.data import checks
 from cherry.data.graph import Dataset, Graph
-from cherry.data.ogb_io import check_ogb_files, read_ogb, synth_meta_dict, write_synth_layout
+from cherry.data.bounded import convert_layout
+from cherry.data.ogb_io import (check_ogb_files, read_ogb, synth_meta_dict, write_synth_layout,
+                               write_synth_layout_blocks)
 from cherry.data.registry import (CACHE_DIRNAME, OGB_SPECS, check_name, dir_name, ensure_writable_dir,
                                   is_synthetic, resolve_root, resolve_scale, synth_spec)
 from cherry.data.synthetic import generate
+from cherry.data.synthetic_chunked import ChunkedSynth
 
 GENERATOR_VERSION = 1  # bump when the generator's output for a given spec changes
 Progress = Optional[Callable[[str, float], None]]
@@ -117,27 +122,36 @@ def _convert(read: dict, report: Callable[[str, float], None]) -> tuple[dict, di
     return arrays, summary
 
 
+def _write_generated_layout(spec, directory: Path, report) -> None:
+    """Write ``spec``'s dataset in OGB's CSV layout; a ``chunked`` spec never holds its edges or
+    features whole (`cherry.data.synthetic_chunked`), the others are generated in memory."""
+    if not spec.chunked:
+        write_synth_layout(directory, generate(spec), progress=report)
+        return
+    with ChunkedSynth(spec, workdir=directory) as source:
+        write_synth_layout_blocks(directory, source.labels, source.edge_blocks(), source.feature_blocks(),
+                                  (source.train_idx, source.valid_idx, source.test_idx),
+                                  num_edges=spec.num_edges, feature_dim=spec.feature_dim, progress=report)
+
+
 def _prepare_generated(name, root: Path, scale, report) -> Path:
     spec = synth_spec(name, scale)
     final = root / dir_name(name, scale)
     cache_mod.remove_stale_temps(final)
     tmp = cache_mod.temp_sibling(final)
     try:
+        tmp.mkdir(parents=True)
         report("generating graph, features and split", 0.0)
-        arrays = generate(spec)
-        write_synth_layout(tmp, arrays, progress=report)
-        del arrays
-        report("reading back through ogb.NodePropPredDataset", 0.0)
-        read = read_ogb(name, tmp, meta_dict=synth_meta_dict(tmp, spec))
-        # OGB's processed pickle duplicates the raw CSVs; the cache supersedes it.
-        shutil.rmtree(tmp / "processed", ignore_errors=True)
-        (tmp / "processed").mkdir()
-        cache_arrays, summary = _convert(read, report)
-        del read
+        _write_generated_layout(spec, tmp, report)
+        report("reading back in blocks", 0.0)
+        build = tmp / f".{CACHE_DIRNAME}.building"
+        build.mkdir()
+        with tempfile.TemporaryDirectory(prefix="cherry-csc-", dir=tmp) as work:
+            summary = convert_layout(tmp, synth_meta_dict(tmp, spec), build, Path(work), progress=report)
         report("writing cache", 0.0)
         info = {"name": name, "num_classes": spec.num_classes, **summary,
                 "metadata": _expected_metadata(name, scale)}
-        cache_mod.write_cache(tmp / CACHE_DIRNAME, cache_arrays, info)
+        cache_mod.seal_cache(build, tmp / CACHE_DIRNAME, info)
         cache_mod.swap_into_place(tmp, final)
     finally:
         if tmp.exists():

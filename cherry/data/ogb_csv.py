@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import gzip
 import os
+import struct
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -72,6 +74,43 @@ def format_sixteenths(values: np.ndarray) -> bytes:
     return _with_separators(chars).tobytes()
 
 
+_FORMAT_ROWS = 1 << 13  # rows formatted at once inside a chunk: the digit arrays are ~50x the values
+_GZIP_HEADER = gzip.compress(b"", compresslevel=1, mtime=0)[:10]
+
+
+def gzip_member(pieces: Iterable[bytes]) -> bytes:
+    """``gzip.compress(b"".join(pieces), compresslevel=1, mtime=0)`` without joining the pieces: zlib's
+    output does not depend on how its input is split, so the bytes are the same (tested)."""
+    deflate = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
+    out, crc, size = [_GZIP_HEADER], 0, 0
+    for piece in pieces:
+        out.append(deflate.compress(piece))
+        crc, size = zlib.crc32(piece, crc), size + len(piece)
+    out.append(deflate.flush())
+    out.append(struct.pack("<II", crc, size & 0xFFFFFFFF))
+    return b"".join(out)
+
+
+def _rechunked(blocks: Iterable[np.ndarray], rows: int) -> Iterator[np.ndarray]:
+    """The rows of ``blocks`` (2-D, equal widths) regrouped into arrays of exactly ``rows`` rows (the
+    last may be shorter), so the gzip members, and hence the bytes, do not depend on how they came."""
+    pending: list[np.ndarray] = []
+    held = 0
+    for block in blocks:
+        block = block[:, None] if block.ndim == 1 else block
+        start = 0
+        while start < block.shape[0]:
+            take = min(rows - held, block.shape[0] - start)
+            pending.append(block[start:start + take])
+            held += take
+            start += take
+            if held == rows:
+                yield pending[0] if len(pending) == 1 else np.concatenate(pending)
+                pending, held = [], 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else np.concatenate(pending)
+
+
 def write_csv_gz(
     path: Path,
     values: np.ndarray,
@@ -80,29 +119,58 @@ def write_csv_gz(
     workers: int | None = None,
 ) -> None:
     """Write ``values`` (2-D) to ``path`` as gzip CSV via ``formatter``; atomic (temp file + rename)."""
-    path = Path(path)
     if values.ndim == 1:
         values = values[:, None]
-    rows_per_chunk = max(1, CHUNK_VALUES // max(values.shape[1], 1))
-    starts = list(range(0, values.shape[0], rows_per_chunk)) or [0]
+    step = max(1, CHUNK_VALUES // max(values.shape[1], 1))
+    blocks = (values[start:start + step] for start in range(0, values.shape[0], step))
+    write_csv_gz_blocks(path, blocks, values.shape[1], formatter, total_rows=values.shape[0],
+                        progress=progress, workers=workers)
+
+
+def write_csv_gz_blocks(
+    path: Path,
+    blocks: Iterable[np.ndarray],
+    num_columns: int,
+    formatter: Callable[[np.ndarray], bytes],
+    total_rows: int | None = None,
+    progress: ChunkProgress = None,
+    workers: int | None = None,
+) -> None:
+    """`write_csv_gz` for rows that arrive in ``blocks`` of any sizes (a generator, so the whole array
+    never needs to be in memory): the same bytes as writing their concatenation. ``total_rows`` (if
+    known) makes ``progress`` a fraction."""
+    path = Path(path)
+    rows_per_chunk = max(1, CHUNK_VALUES // max(num_columns, 1))
     workers = workers or min(4, os.cpu_count() or 1)
 
-    def encode(start: int) -> bytes:
-        text = formatter(values[start:start + rows_per_chunk])
-        return gzip.compress(text, compresslevel=1, mtime=0)
+    def encode(chunk: np.ndarray) -> bytes:
+        return gzip_member((formatter(chunk[i:i + _FORMAT_ROWS]) for i in range(0, chunk.shape[0], _FORMAT_ROWS)))
 
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f, ThreadPoolExecutor(workers) as pool:
-            pending = []
-            for i, start in enumerate(starts):
-                pending.append(pool.submit(encode, start))
-                # Keep at most 2 * workers chunks in flight so memory stays bounded.
-                while len(pending) > 2 * workers or (i == len(starts) - 1 and pending):
-                    f.write(pending.pop(0).result())
-                    if progress is not None:
-                        progress((i + 1 - len(pending)) / len(starts))
+            pending, done_rows, any_rows = [], 0, False
+            for chunk in _rechunked(blocks, rows_per_chunk):
+                any_rows = True
+                pending.append((pool.submit(encode, chunk), chunk.shape[0]))
+                # Keep at most workers + 1 chunks in flight so memory stays bounded.
+                while len(pending) > workers:
+                    done_rows += _write_first(f, pending)
+                    if progress is not None and total_rows:
+                        progress(done_rows / total_rows)
+            while pending:
+                done_rows += _write_first(f, pending)
+                if progress is not None:
+                    progress(done_rows / total_rows if total_rows else 1.0)
+            if not any_rows:  # an empty file is still one (empty) gzip member, as for an empty array
+                f.write(gzip.compress(b"", compresslevel=1, mtime=0))
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _write_first(f, pending: list) -> int:
+    future, rows = pending.pop(0)
+    f.write(future.result())
+    return rows

@@ -31,6 +31,8 @@ class SynthSpec:
     ``split_by_degree`` puts the highest-weight nodes in train and the tail in test (like products'
     sales-rank split); ``degree_exponent`` is the power-law exponent of the
     node weights; ``feature_signal`` scales the class centroid against unit Gaussian noise.
+    ``chunked`` generates in bounded memory (`cherry.data.synthetic_chunked`: the same model, another
+    random stream, so existing specs keep ``False`` and their bytes).
     """
 
     name: str
@@ -46,6 +48,7 @@ class SynthSpec:
     split_by_degree: bool = False
     seed: int = 0
     scale: float = 1.0
+    chunked: bool = False
 
     def __post_init__(self) -> None:
         if self.num_nodes < 10 or self.num_edges < 1:
@@ -83,7 +86,7 @@ SYNTH_SPECS: dict[str, SynthSpec] = {
     # Full size is 57 GB of features; `DEFAULT_SCALE` shrinks it to 1/1000 (111k nodes, 1.6M edges).
     "synth-papers": SynthSpec(
         name="synth-papers", num_nodes=_PAPERS_NODES, num_edges=_PAPERS_EDGES, feature_dim=128,
-        num_classes=172, split_sizes=_PAPERS_SPLIT, seed=4, feature_signal=0.25, class_skew=1.0,
+        num_classes=172, split_sizes=_PAPERS_SPLIT, seed=4, feature_signal=0.25, class_skew=1.0, chunked=True,
     ),
 }
 DEFAULT_SCALE = {"synth-tiny": 1.0, "synth-arxiv": 1.0, "synth-products": 0.1, "synth-papers": 0.001}

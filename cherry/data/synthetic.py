@@ -20,9 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from cherry.data.registry import SynthSpec
-
-FEATURE_STEP = 1.0 / 16.0  # dyadic, with a 4-digit decimal expansion
-FEATURE_LIMIT = 159 * FEATURE_STEP  # 9.9375: one integer digit in CSV
+from cherry.data.synth_draws import (FEATURE_LIMIT, FEATURE_STEP, _node_weights,  # noqa: F401 (re-exported)
+                                     _sample_from_segments, quantized_features)
 
 
 @dataclass(frozen=True)
@@ -35,24 +34,6 @@ class SynthArrays:
     train_idx: np.ndarray
     valid_idx: np.ndarray
     test_idx: np.ndarray
-
-
-def _node_weights(rng: np.random.Generator, n: int, exponent: float) -> np.ndarray:
-    # Pareto weights with tail exponent `exponent`, capped at 2 sqrt(n) times the mean so a single hub
-    # cannot absorb a large share of all draws (most would be duplicates); max degree stays >> median.
-    w = (1.0 - rng.random(n)) ** (-1.0 / (exponent - 1.0))
-    return np.minimum(w, w.mean() * np.sqrt(n) * 2.0)
-
-
-def _sample_from_segments(rng, cumw: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """For each i, a position j in [lo_i, hi_i) drawn with probability proportional to weight j.
-
-    ``cumw`` is the inclusive cumulative weight over the ordered nodes (weights > 0).
-    """
-    base = np.where(lo > 0, cumw[np.maximum(lo - 1, 0)], 0.0)
-    target = base + rng.random(lo.size) * (cumw[hi - 1] - base)
-    pos = np.searchsorted(cumw, target, side="right")
-    return np.clip(pos, lo, hi - 1)
 
 
 def _sample_edges(rng, spec: SynthSpec, labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -97,15 +78,22 @@ def _sample_edges(rng, spec: SynthSpec, labels: np.ndarray, weights: np.ndarray)
 def _features(rng, spec: SynthSpec, labels: np.ndarray) -> np.ndarray:
     f = spec.feature_dim
     centroids = rng.standard_normal((spec.num_classes, f)) * spec.feature_signal
-    x = centroids[labels] + rng.standard_normal((spec.num_nodes, f))
-    q = np.clip(np.rint(x / FEATURE_STEP), -159, 159)
-    return (q * FEATURE_STEP).astype(np.float32)
+    return quantized_features(centroids[labels] + rng.standard_normal((spec.num_nodes, f)))
 
 
 def generate(spec: SynthSpec) -> SynthArrays:
-    """Generate the dataset described by ``spec`` (see module docstring for the guarantees)."""
+    """Generate the dataset described by ``spec`` (see module docstring for the guarantees), all in
+    memory; a ``chunked`` spec gives the arrays of `cherry.data.synthetic_chunked` (its own stream),
+    which `cherry data prepare` streams without ever holding them whole."""
     if not isinstance(spec, SynthSpec):
         raise TypeError(f"spec must be a SynthSpec, got {type(spec).__name__}")
+    if spec.chunked:
+        from cherry.data.synthetic_chunked import ChunkedSynth
+
+        with ChunkedSynth(spec) as chunks:
+            return SynthArrays(edges=np.concatenate(list(chunks.edge_blocks())),
+                               features=np.concatenate(list(chunks.feature_blocks())), labels=chunks.labels,
+                               train_idx=chunks.train_idx, valid_idx=chunks.valid_idx, test_idx=chunks.test_idx)
     rng = np.random.default_rng(spec.seed)
     n, c = spec.num_nodes, spec.num_classes
     class_p = 1.0 / np.arange(1, c + 1) ** spec.class_skew

@@ -12,10 +12,12 @@ between calls (grown when too small, never shrunk) and copied non-blocking on th
 keeps ``slots`` buffers in rotation; before overwriting one it waits for the event of the copy that
 last read it (a host wait on that copy only, issued ``slots - 1`` gathers earlier), which is what keeps
 the reuse safe. This replaces a fresh ``pin_memory()`` per micro-batch (a second host copy).
-On the CPU, both are plain host operations (no pinned memory, no streams).
+On the CPU, both are plain host operations (no pinned memory, no streams). Rows of a large host table
+memory-mapped from a dataset cache are gathered in ascending order (`gather_rows`).
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Sequence
 
 import torch
@@ -64,6 +66,42 @@ def blocks_to_device(parts: Sequence[Blocks], device: torch.device | str) -> lis
     return moved
 
 
+SORTED_GATHER_MIN_BYTES = 256 << 20  # the tables `cherry.data.cache` memory-maps
+
+
+@functools.lru_cache(maxsize=16)
+def is_file_backed(data_ptr: int) -> bool:
+    """Whether the address ``data_ptr`` lies in a memory-mapped file (Linux ``/proc/self/maps``: a
+    mapping with an inode), i.e. reading it may fault pages in from disk. False where unknown."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                start, end = (int(v, 16) for v in fields[0].split("-"))
+                if start <= data_ptr < end:
+                    return len(fields) > 4 and fields[4] != "0"
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def gather_rows(features: torch.Tensor, nodes: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``features.index_select(0, nodes)`` (into ``out`` if given). A host table of at least
+    `SORTED_GATHER_MIN_BYTES` that is memory-mapped from a file (a dataset cache) is read in ascending
+    row order and the rows put back in ``nodes``' order: page faults then run forward through the file,
+    which the kernel's read-around serves, instead of jumping back and forth (beyond the page cache,
+    each jump can be a disk read). A table in memory is gathered as given (sorting costs more there)."""
+    if (features.device.type != "cpu" or features.numel() * features.element_size() < SORTED_GATHER_MIN_BYTES
+            or not is_file_backed(features.data_ptr())):
+        return torch.index_select(features, 0, nodes, out=out) if out is not None else features.index_select(0, nodes)
+    order = torch.argsort(nodes)
+    rows = features.index_select(0, nodes.index_select(0, order))
+    if out is None:
+        out = torch.empty_like(rows)
+    out.index_copy_(0, order, rows)
+    return out
+
+
 class PinnedRows:
     """Reused pinned buffers for gathering feature rows on the host (see module docstring)."""
 
@@ -80,7 +118,7 @@ class PinnedRows:
         if features.dim() != 2 or nodes.dim() != 1:
             raise ValueError(f"features must be 2-D and nodes 1-D, got {tuple(features.shape)} and {tuple(nodes.shape)}")
         if device.type == "cpu" or features.device.type != "cpu":
-            return features.index_select(0, nodes.to(features.device)).to(device)
+            return gather_rows(features, nodes.to(features.device)).to(device)
         slot = self._next
         self._next = (slot + 1) % len(self._buffers)
         if self._events[slot] is not None:
@@ -90,7 +128,7 @@ class PinnedRows:
         if buf is None or buf.numel() < need or buf.dtype != features.dtype:
             buf = self._buffers[slot] = torch.empty(max(need, 1), dtype=features.dtype, pin_memory=True)
         rows = buf[:need].view(nodes.numel(), features.shape[1])
-        torch.index_select(features, 0, nodes, out=rows)
+        gather_rows(features, nodes, out=rows)
         out = rows.to(device, non_blocking=True)
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(device))

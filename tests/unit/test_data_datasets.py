@@ -98,7 +98,8 @@ def test_interrupted_prepare_leaves_nothing(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("interrupted")
 
-    monkeypatch.setattr(datasets_mod, "read_ogb", fail)
+    # mid-conversion: the layout and features.npy are written, the graph is not
+    monkeypatch.setattr("cherry.data.bounded.write_csc", fail)
     with pytest.raises(RuntimeError, match="interrupted"):
         prepare_dataset("synth-tiny", root=tmp_path)
     assert list(tmp_path.iterdir()) == []
