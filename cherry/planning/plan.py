@@ -222,13 +222,14 @@ def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional
     ``limit``, or ``(n, built at n)`` when none is (the caller decides).
 
     Down: from a start that fits, the smallest K that fits in ``[ceil(start / 2), start]`` (a bisection
-    whose first probe is the K the overshoot's ratio predicts; none when that is the start itself): K
+    whose first probe is the K the room's ratio predicts; when that is the start itself, one probe at
+    three quarters of it, as a hub's micro-batch need not shrink in proportion to K): K
     stays tight (the chosen K over the smallest fitting one) and falls at most by half per step.
     Up: K grows in proportion to the overshoot, then the smallest fitting K above the last one that did
-    not fit is bisected for. With ``steady_limit`` (the budget itself) and a start, K stops at twice
-    the start when that plan's estimate is within ``steady_limit``: the safety margin absorbs a
-    calibration's jump rather than K more than doubling; beyond it, the plan would be expected to run
-    out of memory, and K grows as far as needed."""
+    not fit is bisected for. With ``steady_limit`` (the budget plus its margin, `_choose_k`) and a
+    start, K stops at twice the start when that plan's estimate is within ``steady_limit``: a
+    calibration's jump is absorbed rather than K more than doubling; beyond it, the plan would be
+    expected to run out of memory, and K grows as far as needed."""
     fixed = model.fixed_bytes + model.floor_bytes
     k = min(max(start_k or 1, 1), n)
     cache = {}
@@ -258,10 +259,14 @@ def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional
     if worst <= limit:
         if k == 1:
             return k, at(k)
+        half = max(1, math.ceil(k / 2))
         predicted = math.ceil(k * max(worst - fixed, 0.0) / max(limit - fixed, 1.0))
-        if predicted >= k:
-            return k, at(k)
-        k = lowest_fitting(max(1, math.ceil(k / 2)), k, max(predicted, math.ceil(k / 2)))
+        if predicted >= k:  # no room by the ratio; but a hub's group need not shrink with K: one probe
+            predicted = max(half, math.ceil(0.75 * k))
+            if predicted >= k or not fits(predicted):
+                return k, at(k)
+            k = predicted
+        k = lowest_fitting(half, k, max(predicted, half))
         return k, at(k)
     failed = k
     while worst > limit and k < n:
@@ -304,10 +309,13 @@ def _choose_k(build, memory_model: MemoryModel, budget_bytes: int, safety: float
             f"for activations: parameters, optimizer state and staged features alone need {fixed} B; the "
             f"smallest budget that could fit is above {math.ceil(fixed / (1 - safety))} B"
         )
+    # K more than doubles from the last step's only when the doubled plan is estimated above the budget
+    # by more than the margin: a calibration that moved the estimate that far in one step errs either way
+    steady = budget_bytes * (1 + safety)
     plain = memory_model.with_recompute(False)
     plain_built, plain_escape = None, False
     if recompute != "on":
-        k, built = _search_k(build, plain, limit, n, start_k, budget_bytes)
+        k, built = _search_k(build, plain, limit, n, start_k, steady)
         worst = max(built[2])
         if worst <= limit:
             return built, False
@@ -323,7 +331,7 @@ def _choose_k(build, memory_model: MemoryModel, budget_bytes: int, safety: float
         plain_worst = max(build(n, plain)[2])
     with_recompute = memory_model.with_recompute(True)
     if recompute != "off":
-        k, built = _search_k(build, with_recompute, limit, n, start_k if recompute == "on" else 1, budget_bytes)
+        k, built = _search_k(build, with_recompute, limit, n, start_k if recompute == "on" else 1, steady)
         worst = max(built[2])
         if worst <= limit:
             return built, True
