@@ -259,7 +259,11 @@ class MicrobatchExecutor:
                 x = self._pinned.gather(features, mb.input_nodes.to(features.device), self.device)
             y = labels_of_seeds.index_select(0, group).to(self.device, non_blocking=non_blocking)
             ready = stream.record_event() if stream is not None else None
-        return _Prepared(blocks, x, y, ready)
+        prepared = _Prepared(blocks, x, y, ready)
+        # counted from now on, as a GPU's allocator counts the next micro-batch's rows while this one
+        # computes (the memory model prices that prefetched copy); `_account` is idempotent
+        self._account(prepared)
+        return prepared
 
     def _use(self, prepared: _Prepared) -> None:
         """Order the compute stream after the side stream's preparation of ``prepared`` (no host
@@ -385,7 +389,8 @@ class MicrobatchExecutor:
             if self.memory is not None:  # the window's one reading (host-side allocator statistics)
                 peak = int(self.memory.peak_bytes())
                 measured_peak = peak if measured_peak is None else max(measured_peak, peak)
-                self.memory_model.observe(shape, max(peak - resident + unallocated, 0), recompute=recompute)
+                self.memory_model.observe(shape, max(peak - resident + unallocated, 0), recompute=recompute,
+                                          prefetched=len(parts) > 1)
             k += 1
         if self.options.num_microbatches is None:
             self._last_k = len(parts)

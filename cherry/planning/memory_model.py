@@ -66,6 +66,7 @@ class LayerCost:
     per_dst: float
     per_edge: float
     per_src_kept: float = 0.0  # floats per source that recomputation keeps: the layer's input row
+    per_src_prefetch: float = 0.0  # the part of per_src that is the next micro-batch's prefetched rows
 
 
 def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: bool = False,
@@ -106,7 +107,8 @@ def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: boo
             per_src += float(agg) if agg < d.in_dim else 0.0
             per_dst = float(agg) + out_path
             per_edge += gather
-        costs.append(LayerCost(per_src, per_dst, per_edge, float(d.in_dim)))
+        prefetch = float(d.in_dim) if prefetch_inputs and d.index == 0 else 0.0
+        costs.append(LayerCost(per_src, per_dst, per_edge, float(d.in_dim), prefetch))
     return tuple(costs)
 
 
@@ -165,6 +167,14 @@ class MemoryModel:
         as in `layer_costs`."""
         costs = layer_costs(spec.layer_dims(), fused_aggregation, prefetch_inputs, device_type)
         return MemoryModel(costs=costs, fixed_bytes=int(fixed_bytes))
+
+    def without_prefetch(self) -> "MemoryModel":
+        """This model (same calibration, shared history) for a micro-batch with no next one to prefetch
+        (K = 1): its input rows are held once, not twice."""
+        if not any(c.per_src_prefetch for c in self.costs):
+            return self
+        return dataclasses.replace(self, costs=tuple(
+            dataclasses.replace(c, per_src=c.per_src - c.per_src_prefetch, per_src_prefetch=0.0) for c in self.costs))
 
     def with_recompute(self, recompute: bool = True) -> "MemoryModel":
         """This model (same calibration, shared history) pricing per-layer recomputation or not."""
@@ -231,13 +241,15 @@ class MemoryModel:
         failed = self.smallest_failed_seed_bytes.get(self.recompute)
         return failed is not None and self.activation_bytes(shape) >= failed
 
-    def observe(self, shape: BatchShape, measured_peak_bytes: int, recompute: bool = False) -> None:
+    def observe(self, shape: BatchShape, measured_peak_bytes: int, recompute: bool = False,
+                prefetched: bool = True) -> None:
         """Record a measured peak for ``shape`` (run with recomputation if ``recompute``) and
         recalibrate (see module docstring): a recomputed micro-batch calibrates `recompute_factor`
         only (an upper envelope of its measured over its plain-scaled estimate, over the last
         `RC_WINDOW`, moved by at most `MAX_STEP`), so that both ways share the plain scale and floor."""
-        self.error_history.append((self.estimate_bytes(shape, recompute), int(measured_peak_bytes)))
-        act = self.activation_bytes(shape, recompute)
+        priced = self if prefetched else self.without_prefetch()  # (K = 1: nothing was prefetched)
+        self.error_history.append((priced.estimate_bytes(shape, recompute), int(measured_peak_bytes)))
+        act = priced.activation_bytes(shape, recompute)
         if act <= 0:
             return
         if recompute:  # calibrates recomputation's factor only: the plain scale and floor stay

@@ -180,7 +180,8 @@ def plan_microbatches(
     costs: Optional[torch.Tensor] = None
 
     def build(k: int, memory_model: MemoryModel):
-        groups, parts, est = build_parts(k, memory_model)
+        # one micro-batch has no next one whose input rows the pipeline prefetches beside it
+        groups, parts, est = build_parts(k, memory_model.without_prefetch() if k == 1 else memory_model)
         # every micro-batch's index buffers stay on the device for the whole step (one copy per step)
         resident = resident_index_bytes(parts)
         return groups, parts, tuple(e + resident for e in est)
