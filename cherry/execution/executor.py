@@ -259,11 +259,7 @@ class MicrobatchExecutor:
                 x = self._pinned.gather(features, mb.input_nodes.to(features.device), self.device)
             y = labels_of_seeds.index_select(0, group).to(self.device, non_blocking=non_blocking)
             ready = stream.record_event() if stream is not None else None
-        prepared = _Prepared(blocks, x, y, ready)
-        # counted from now on, as a GPU's allocator counts the next micro-batch's rows while this one
-        # computes (the memory model prices that prefetched copy); `_account` is idempotent
-        self._account(prepared)
-        return prepared
+        return _Prepared(blocks, x, y, ready)
 
     def _use(self, prepared: _Prepared) -> None:
         """Order the compute stream after the side stream's preparation of ``prepared`` (no host
