@@ -224,7 +224,8 @@ def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional
 
     Down: from a start that fits, the smallest K that fits in ``[ceil(start / 2), start]`` (a bisection
     whose first probe is the K the room's ratio predicts; when that is the start itself, one probe at
-    three quarters of it, as a hub's micro-batch need not shrink in proportion to K): K
+    three quarters of it, at least one less, as a hub's micro-batch need not shrink in proportion to K
+    and K = 1 holds no prefetched rows): K
     stays tight (the chosen K over the smallest fitting one) and falls at most by half per step.
     Up: K grows in proportion to the overshoot, then the smallest fitting K above the last one that did
     not fit is bisected for. With ``steady_limit`` (the budget plus its margin, `_choose_k`) and a
@@ -262,8 +263,9 @@ def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional
             return k, at(k)
         half = max(1, math.ceil(k / 2))
         predicted = math.ceil(k * max(worst - fixed, 0.0) / max(limit - fixed, 1.0))
-        if predicted >= k:  # no room by the ratio; but a hub's group need not shrink with K: one probe
-            predicted = max(half, math.ceil(0.75 * k))
+        if predicted >= k:  # no room by the ratio; but a hub's group need not shrink with K, and K = 1
+            # prefetches nothing: one probe, at three quarters of K (at K - 1 for K <= 4)
+            predicted = max(half, min(k - 1, math.ceil(0.75 * k)))
             if predicted >= k or not fits(predicted):
                 return k, at(k)
             k = predicted

@@ -149,7 +149,7 @@ def test_recomputation_below_one_seed_gives_the_same_gradient(data):
 def test_k_stays_within_one_doubling_over_equal_steps(synth_tiny):
     """50 steps of equal-size fresh batches under an emulated capacity: consecutive K within a factor
     of two, and no out-of-memory."""
-    capacity = 260 << 10
+    capacity = 200 << 10  # (260 KiB before the planner's K got tighter: K = 1 fits there now)
     spec = make_spec(dataset="synth-tiny", hidden=16, fanouts=(5, 5), batch_size=100, evaluate=False,
                      device_memory_bytes=capacity, max_steps_per_epoch=10, epochs=5)
     with DeviceMemory("cpu", capacity) as memory:
@@ -157,7 +157,7 @@ def test_k_stays_within_one_doubling_over_equal_steps(synth_tiny):
         steps = [s for e in range(5) for s in trainer.train_epoch(e)]
         trainer.close()
     ks = [s.num_microbatches for s in steps if s.num_seeds == 100]
-    assert len(ks) == 50 and min(ks) > 1, ks  # micro-batching throughout (K is 2-4 here)
+    assert len(ks) == 50 and min(ks) > 1, ks  # micro-batching throughout
     assert all(max(a, b) <= 2 * min(a, b) for a, b in zip(ks, ks[1:])), ks
     assert all(s.measured_peak_bytes <= capacity for s in steps)
 
