@@ -65,7 +65,8 @@ def trainer_state(trainer) -> dict:
         "model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict(),
         "executor_steps": trainer.executor._num_steps, "torch_rng": torch.get_rng_state(),
         "generator": trainer.generator.get_state(),
-        "memory_model": {"scale": mm.scale, "floor_bytes": mm.floor_bytes,
+        "memory_model": {"scale": mm.scale, "floor_bytes": mm.floor_bytes, "recompute_factor": mm.recompute_factor,
+                         "rc_samples": list(mm._rc_samples),
                          "largest_fitted_activation_bytes": mm.largest_fitted_activation_bytes,
                          "smallest_failed_seed_bytes": dict(mm.smallest_failed_seed_bytes),
                          "samples": list(mm._samples), "error_history": list(mm.error_history)},
@@ -82,6 +83,8 @@ def load_trainer_state(trainer, state: dict) -> None:
     saved = state["memory_model"]
     mm.scale = float(saved["scale"])
     mm.floor_bytes = int(saved["floor_bytes"])
+    mm.recompute_factor = float(saved.get("recompute_factor", mm.recompute_factor))
+    mm._rc_samples[:] = [tuple(p) for p in saved.get("rc_samples", [])]
     mm.largest_fitted_activation_bytes = float(saved["largest_fitted_activation_bytes"])
     mm.smallest_failed_seed_bytes = dict(saved["smallest_failed_seed_bytes"])
     mm._samples[:] = [tuple(p) for p in saved["samples"]]

@@ -199,6 +199,7 @@ class MicrobatchExecutor:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self._reads_layouts = reads_degree_layouts(model)  # host slices carry none: made in `plan`
         self._accumulators = [torch.zeros_like(p) for p in self.params]
+        self._param_bytes = sum(p.numel() * p.element_size() for p in self.params)
         self._base_fixed_bytes = memory_model.fixed_bytes
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cherry-prepare")
         self._side_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
@@ -361,6 +362,12 @@ class MicrobatchExecutor:
                 staged = self._pinned_stage.gather(features, blocks.input_nodes.to(features.device), self.device)
                 staged_bytes = staged.numel() * staged.element_size()  # read on the side stream: see _to_device
             self.memory_model.fixed_bytes = self._base_fixed_bytes + staged_bytes
+        # What the model counts as fixed but is not allocated yet (an optimizer's state before its first
+        # step): credited to each measurement of this step, or the first step's micro-batches would
+        # calibrate the per-count scale down by it and the next step, with the state, would overrun.
+        # The fixed part also counts one micro-batch's gradients, transient, so not live here.
+        live = getattr(self.memory, "live_bytes", None)
+        unallocated = max(0, self._base_fixed_bytes - self._param_bytes - int(live())) if live is not None else 0
         if planned is not None:
             plan = planned.plan
         else:
@@ -435,7 +442,8 @@ class MicrobatchExecutor:
             if self.memory is not None:  # the window's one reading (host-side allocator statistics)
                 peak = int(self.memory.peak_bytes())
                 measured_peak = peak if measured_peak is None else max(measured_peak, peak)
-                self.memory_model.observe(shape, max(peak - resident, 0), recompute=recompute)
+                self.memory_model.observe(shape, max(peak - resident + unallocated, 0), recompute=recompute,
+                                          prefetched=len(parts) > 1)
             k += 1
         if self.options.num_microbatches is None:
             self._last_k = len(parts)

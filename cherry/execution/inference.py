@@ -24,7 +24,8 @@ def chunk_size_for(dataset: Dataset, memory_model: MemoryModel, layer: int, budg
         return DEFAULT_CHUNK
     avg_deg = dataset.graph.num_edges / max(dataset.graph.num_nodes, 1)
     model = MemoryModel(costs=(memory_model.costs[layer],), fixed_bytes=memory_model.fixed_bytes,
-                        scale=memory_model.scale, floor_bytes=memory_model.floor_bytes)
+                        scale=memory_model.scale, floor_bytes=memory_model.floor_bytes,
+                        recompute_factor=memory_model.recompute_factor)
     size = DEFAULT_CHUNK
     while size > 1:
         edges = int(size * avg_deg * 4)  # room for hubs above the average degree

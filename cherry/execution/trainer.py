@@ -116,7 +116,10 @@ class Trainer:
         options = ExecutorOptions.from_spec(spec, self.budget_bytes)
         self.memory_model = MemoryModel.for_model(self.model_spec, fixed_bytes=param_state_bytes + on_device,
                                                   fused_aggregation=extension_available(),
-                                                  prefetch_inputs=options.pipeline, device_type=self.device.type)
+                                                  # a CPU's prefetched rows are made on another thread,
+                                                  # where the emulated device does not count them
+                                                  prefetch_inputs=options.pipeline and self.device.type != "cpu",
+                                                  device_type=self.device.type)
         if options.budget_bytes is not None:  # a model the analytic costs cannot price: measure it
             from cherry.execution.memory_probe import optional_probe
 

@@ -116,7 +116,6 @@ class BudgetTooSmallError(ValueError):
 
 
 RECOMPUTE_MODES = ("auto", "on", "off")
-_ROOM = 0.8  # a start K whose largest estimate is below this share of the limit is lowered
 
 
 @dataclass(frozen=True)
@@ -181,7 +180,8 @@ def plan_microbatches(
     costs: Optional[torch.Tensor] = None
 
     def build(k: int, memory_model: MemoryModel):
-        groups, parts, est = build_parts(k, memory_model)
+        # one micro-batch has no next one whose input rows the pipeline prefetches beside it
+        groups, parts, est = build_parts(k, memory_model.without_prefetch() if k == 1 else memory_model)
         # every micro-batch's index buffers stay on the device for the whole step (one copy per step)
         resident = resident_index_bytes(parts)
         return groups, parts, tuple(e + resident for e in est)
@@ -217,28 +217,78 @@ def plan_microbatches(
     return MicrobatchPlan(groups, parts, est, budget_bytes, redundancy, use_recompute)
 
 
-def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional[int]):
+def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional[int],
+              steady_limit: Optional[float] = None):
     """``(k, built)`` of the smallest K found from ``start_k`` whose largest estimate is at most
-    ``limit``, or ``(n, built at n)`` when none is (the caller decides). From a start that fits with
-    room to spare K is lowered once, to no less than half of it, so consecutive equal batches keep K
-    within one doubling unless the estimate grows."""
+    ``limit``, or ``(n, built at n)`` when none is (the caller decides).
+
+    Down: from a start that fits, the smallest K that fits in ``[ceil(start / 2), start]`` (a bisection
+    whose first probe is the K the room's ratio predicts; when that is the start itself, one probe at
+    three quarters of it, at least one less, as a hub's micro-batch need not shrink in proportion to K
+    and K = 1 holds no prefetched rows): K
+    stays tight (the chosen K over the smallest fitting one) and falls at most by half per step.
+    Up: K grows in proportion to the overshoot, then the smallest fitting K above the last one that did
+    not fit is bisected for. With ``steady_limit`` (the budget plus its margin, `_choose_k`) and a
+    start, K stops at twice the start when that plan's estimate is within ``steady_limit``: a
+    calibration's jump is absorbed rather than K more than doubling; beyond it, the plan would be
+    expected to run out of memory, and K grows as far as needed."""
     fixed = model.fixed_bytes + model.floor_bytes
     k = min(max(start_k or 1, 1), n)
-    built = build(k, model)
-    worst = max(built[2])
-    if k > 1 and worst <= _ROOM * limit:  # lower, by the overshoot's ratio, at most by half
-        shrink = max((worst - fixed) / max(limit - fixed, 1.0), 0.5)
-        lower = max(1, math.ceil(k * shrink), math.ceil(k / 2))
-        if lower < k:
-            trial = build(lower, model)
-            if max(trial[2]) <= limit:
-                return lower, trial
+    cache = {}
+
+    def at(j: int):
+        if j not in cache:
+            cache[j] = build(j, model)
+        return cache[j]
+
+    def fits(j: int) -> bool:
+        return max(at(j)[2]) <= limit
+
+    def lowest_fitting(low: int, high: int, first: Optional[int] = None) -> int:
+        """The smallest j in [low, high] that fits, ``high`` known to fit (bisection; estimates are
+        near-monotone in K, so it is the smallest found, not proven)."""
+        probe = first
+        while low < high:
+            mid = probe if probe is not None and low <= probe < high else (low + high) // 2
+            probe = None
+            if fits(mid):
+                high = mid
+            else:
+                low = mid + 1
+        return high
+
+    worst = max(at(k)[2])
+    if worst <= limit:
+        if k == 1:
+            return k, at(k)
+        half = max(1, math.ceil(k / 2))
+        predicted = math.ceil(k * max(worst - fixed, 0.0) / max(limit - fixed, 1.0))
+        if predicted >= k:  # no room by the ratio; but a hub's group need not shrink with K, and K = 1
+            # prefetches nothing: one probe, at three quarters of K (at K - 1 for K <= 4)
+            predicted = max(half, min(k - 1, math.ceil(0.75 * k)))
+            if predicted >= k or not fits(predicted):
+                return k, at(k)
+            k = predicted
+        k = lowest_fitting(half, k, max(predicted, half))
+        return k, at(k)
+    failed = k
     while worst > limit and k < n:
         growth = (worst - fixed) / max(limit - fixed, 1.0)
-        k = min(n, max(k + 1, math.ceil(k * growth)))
-        built = build(k, model)
-        worst = max(built[2])
-    return k, built
+        nxt = min(n, max(k + 1, math.ceil(k * growth)))
+        if steady_limit is not None and start_k is not None and k < 2 * start_k < nxt:
+            doubled = min(n, 2 * start_k)
+            if max(at(doubled)[2]) <= steady_limit:
+                if fits(doubled):
+                    return lowest_fitting(failed + 1, doubled), at(lowest_fitting(failed + 1, doubled))
+                return doubled, at(doubled)
+        k = nxt
+        worst = max(at(k)[2])
+        if worst > limit:
+            failed = k
+    if worst > limit:
+        return k, at(k)
+    k = lowest_fitting(failed + 1, k)
+    return k, at(k)
 
 
 TRY_FACTOR = 2.0  # without evidence either way, a single seed estimated up to this times the budget is tried
@@ -262,26 +312,36 @@ def _choose_k(build, memory_model: MemoryModel, budget_bytes: int, safety: float
             f"for activations: parameters, optimizer state and staged features alone need {fixed} B; the "
             f"smallest budget that could fit is above {math.ceil(fixed / (1 - safety))} B"
         )
+    # K more than doubles from the last step's only when the doubled plan is estimated above the budget
+    # by more than the margin: a calibration that moved the estimate that far in one step errs either way
+    steady = budget_bytes * (1 + safety)
     plain = memory_model.with_recompute(False)
+    plain_built, plain_escape = None, False
     if recompute != "on":
-        k, built = _search_k(build, plain, limit, n, start_k)
+        k, built = _search_k(build, plain, limit, n, start_k, steady)
         worst = max(built[2])
         if worst <= limit:
             return built, False
-        # one seed per micro-batch: run it anyway if only the margin or calibration says no
+        # one seed per micro-batch above the limit: run it anyway if only the margin or calibration says
+        # no (with recompute="auto" only when recomputation does not fit the limit either)
         largest = BatchShape.of(built[1][max(range(len(built[1])), key=lambda g: built[2][g])])
-        if worst <= budget_bytes or plain.has_fitted(largest) or (
-                recompute == "off" and _worth_trying(plain, largest, worst, budget_bytes)):
+        plain_escape = worst <= budget_bytes or plain.has_fitted(largest) or (
+            recompute == "off" and _worth_trying(plain, largest, worst, budget_bytes))
+        if recompute == "off" and plain_escape:
             return built, False
         plain_worst, plain_built = worst, built
     else:
-        plain_worst, plain_built = max(build(n, plain)[2]), None
+        plain_worst = max(build(n, plain)[2])
     with_recompute = memory_model.with_recompute(True)
     if recompute != "off":
-        k, built = _search_k(build, with_recompute, limit, n, start_k if recompute == "on" else 1)
+        k, built = _search_k(build, with_recompute, limit, n, start_k if recompute == "on" else 1, steady)
         worst = max(built[2])
+        if worst <= limit:
+            return built, True
+        if plain_built is not None and plain_escape:
+            return plain_built, False
         largest = BatchShape.of(built[1][max(range(len(built[1])), key=lambda g: built[2][g])])
-        if worst <= limit or worst <= budget_bytes or _worth_trying(with_recompute, largest, worst, budget_bytes):
+        if worst <= budget_bytes or _worth_trying(with_recompute, largest, worst, budget_bytes):
             return built, True
         if plain_built is not None and _worth_trying(plain, largest, plain_worst, budget_bytes):
             return plain_built, False

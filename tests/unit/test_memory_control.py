@@ -121,8 +121,9 @@ def test_recomputation_below_one_seed_gives_the_same_gradient(data):
     recomputation, the step trains (measured under that capacity) and its gradient equals the K=1
     gradient without recomputation (no budget) to 1e-5, with dropout on."""
     ds = random_dataset(num_nodes=80, avg_degree=30)  # dense: all-neighbour layers saturate, so they are alike
-    spec = _spec(ds, layers=3, dropout=0.5, hidden=128)
-    blocks = NeighborSampler(ds.graph, [-1, -1, -1]).sample(ds.train_idx[:6], torch.Generator().manual_seed(2))
+    # 4 layers: recomputation is priced (RECOMPUTE_PRIOR included) well below one plain seed
+    spec = _spec(ds, layers=4, dropout=0.5, hidden=128)
+    blocks = NeighborSampler(ds.graph, [-1] * 4).sample(ds.train_idx[:6], torch.Generator().manual_seed(2))
     ref_ex, mm = _executor(ds, spec, None, k=1)
     ref_stats = ref_ex.accumulate(blocks, ds.features.double(), ds.labels)
     ref = [g.clone() for g in ref_ex.gradients()]
@@ -148,7 +149,7 @@ def test_recomputation_below_one_seed_gives_the_same_gradient(data):
 def test_k_stays_within_one_doubling_over_equal_steps(synth_tiny):
     """50 steps of equal-size fresh batches under an emulated capacity: consecutive K within a factor
     of two, and no out-of-memory."""
-    capacity = 260 << 10
+    capacity = 200 << 10  # (260 KiB before the planner's K got tighter: K = 1 fits there now)
     spec = make_spec(dataset="synth-tiny", hidden=16, fanouts=(5, 5), batch_size=100, evaluate=False,
                      device_memory_bytes=capacity, max_steps_per_epoch=10, epochs=5)
     with DeviceMemory("cpu", capacity) as memory:
@@ -156,7 +157,7 @@ def test_k_stays_within_one_doubling_over_equal_steps(synth_tiny):
         steps = [s for e in range(5) for s in trainer.train_epoch(e)]
         trainer.close()
     ks = [s.num_microbatches for s in steps if s.num_seeds == 100]
-    assert len(ks) == 50 and min(ks) > 1, ks  # micro-batching throughout (K is 2-4 here)
+    assert len(ks) == 50 and min(ks) > 1, ks  # micro-batching throughout
     assert all(max(a, b) <= 2 * min(a, b) for a, b in zip(ks, ks[1:])), ks
     assert all(s.measured_peak_bytes <= capacity for s in steps)
 
@@ -200,26 +201,83 @@ def test_bench_budget_rows_report_the_targets():
 
 def test_bench_budget_seed_capacity_covers_every_batch_of_the_run():
     """`cherry bench budget`'s "one seed barely fits" capacity holds every batch the run trains at one
-    seed per micro-batch (measured on the run's own batches, not only its first one)."""
+    seed per micro-batch within the planner's own limit (measured as the run measures: sampled and
+    planned off the tracked thread, whole steps with the optimizer's state live), not only its first."""
     import argparse
     import dataclasses as dc
+    from concurrent.futures import ThreadPoolExecutor
 
     from benchmarks.budget import Config, _batches, _dataset, _peak_of, _trainer, reference_capacities
-    from cherry.memory import DeviceMemory
     from cherry.spec import BUDGET_RESERVE_FRACTION
 
     args = argparse.Namespace(seed=0, steps=3, batch_size=16, hidden=8, root=None)
     config = Config("barabasi-albert", "sage", "mean", 2, (3, -1))
     dataset = _dataset(config.graph, 300, None, 0)
     caps = reference_capacities(dataset, config, args)
-    with DeviceMemory("cpu", None) as memory:
+    with DeviceMemory("cpu", None) as memory, ThreadPoolExecutor(max_workers=1) as pool:
         trainer = _trainer(dataset, config, args, None, memory)
+        safety = trainer.executor.options.safety
         gen = torch.Generator().manual_seed(args.seed + 2)
+        batches = pool.submit(lambda: [trainer.sampler.sample(s, gen) for s in _batches(dataset, args, 3)]).result()
         peaks = []
-        for seeds in _batches(dataset, args, args.steps):
-            blocks = trainer.sampler.sample(seeds, gen)
+        for i, blocks in enumerate([batches[0]] + batches):  # the first step allocates the optimizer's state
             trainer.executor.options = dc.replace(trainer.executor.options, num_microbatches=blocks.num_seeds)
-            peaks.append(_peak_of(trainer, memory, blocks))
+            peaks.append(_peak_of(trainer, memory, blocks, pool, optimizer_step=True))
         trainer.close()
+    peaks = peaks[1:]
     assert len(set(peaks)) > 1  # the batches differ, so a first-batch capacity could miss
-    assert max(peaks) <= caps["seed"] * (1 - BUDGET_RESERVE_FRACTION)
+    assert max(peaks) <= caps["seed"] * (1 - BUDGET_RESERVE_FRACTION) * (1 - safety)
+
+
+def test_k_grows_at_most_twofold_over_equal_steps_when_calibration_jumps(data):
+    """Item 4 upward: 50 plans of fresh equal-size batches, each starting from the last K, while the
+    calibrated scale jumps (x1.9 at two steps, as one step's measurements may move it). Without the
+    cap K would more than double at a jump (checked: the plan from scratch needs more); with it,
+    consecutive K stay within one doubling, and the capped plan's estimate stays within the budget
+    plus its margin (the planner's tolerance for one step's calibration jump)."""
+    ds, _ = data
+    sampler = NeighborSampler(ds.graph, [5, 5])
+    gen = torch.Generator().manual_seed(11)
+    mm = MemoryModel.for_model(_spec(ds), fixed_bytes=0)
+    batches = [sampler.sample(ds.train_idx[torch.randperm(ds.train_idx.numel(), generator=gen)[:64]], gen)
+               for _ in range(50)]
+    budget = int(plan_microbatches(batches[0], mm, num_microbatches=4).max_estimated_bytes / 0.7)
+    ks, uncapped_jump = [], False
+    for step, blocks in enumerate(batches):
+        if step in (10, 25):
+            mm.scale *= 1.9
+        plan = plan_microbatches(blocks, mm, budget_bytes=budget, safety=0.3, recompute="off",
+                                 start_k=ks[-1] if ks else None)
+        if ks and step in (10, 25):
+            fresh = plan_microbatches(blocks, mm, budget_bytes=budget, safety=0.3, recompute="off")
+            uncapped_jump |= fresh.num_microbatches > 2 * ks[-1]
+            assert plan.max_estimated_bytes <= budget * (1 + 0.3)  # within the budget and its margin
+        ks.append(plan.num_microbatches)
+    assert uncapped_jump, ks  # the test exercises the cap
+    assert ks[-1] > 2 * ks[0], ks  # and K did grow over the run, a doubling at a time
+    assert all(max(a, b) <= 2 * min(a, b) for a, b in zip(ks, ks[1:])), ks
+
+
+def test_recomputation_estimate_bounds_its_measured_peak_for_the_pool_aggregator(synth_tiny):
+    """The previous session's overrun: calibrated on plain micro-batches, SAGE-pool (3 layers, one
+    all-neighbour) recomputed ~15% above its estimate, past the 10% safety margin. Recomputation is now
+    priced at the plain scale times `RECOMPUTE_PRIOR` until its own measurements calibrate it: the
+    first recomputed step's estimate bounds its measured peak."""
+    import dataclasses
+
+    spec = make_spec(dataset="synth-tiny", model="sage", aggr="pool", num_layers=3, fanouts=(4, 6, -1), hidden=32,
+                     batch_size=64, evaluate=False, device_memory_bytes="1GiB", options={"ordering": "none"})
+    seeds = synth_tiny.train_idx[:64]
+    with DeviceMemory("cpu", None) as memory:
+        trainer = Trainer(synth_tiny, spec, memory=memory)
+        ex = trainer.executor
+        blocks = trainer.sampler.sample(seeds, torch.Generator().manual_seed(3))
+        for k in (2, 4, 8, 4):  # calibrate on plain micro-batches of several sizes
+            ex.options = dataclasses.replace(ex.options, num_microbatches=k, recompute="off")
+            trainer.step(ex.plan_batch(blocks, trainer.data.features))
+        for k in (4, 8):
+            ex.options = dataclasses.replace(ex.options, num_microbatches=k, recompute="on")
+            stats = ex.accumulate(blocks, trainer.data.features, trainer.data.labels)
+            assert stats.recompute
+            assert stats.measured_peak_bytes <= stats.estimated_peak_bytes, (k, stats)
+        trainer.close()
