@@ -220,7 +220,7 @@ def plan_microbatches(
 def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional[int],
               steady_limit: Optional[float] = None):
     """``(k, built)`` of the smallest K found from ``start_k`` whose largest estimate is at most
-    ``limit``, or ``(n, built at n)`` when none is (the caller decides).
+    ``limit``, or the priced plan of least largest estimate when none is (the caller decides).
 
     Down: from a start that fits, the smallest K that fits in ``[ceil(start / 2), start]`` (a bisection
     whose first probe is the K the room's ratio predicts; when that is the start itself, one probe at
@@ -286,6 +286,9 @@ def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional
         if worst > limit:
             failed = k
     if worst > limit:
+        # nothing fits: the plan of least estimated peak among those priced (a hub's micro-batch need not
+        # shrink with K, and K = 1 prefetches nothing, so that need not be the largest K); ties: larger K
+        k = min(cache, key=lambda j: (max(cache[j][2]), -j))
         return k, at(k)
     k = lowest_fitting(failed + 1, k)
     return k, at(k)
