@@ -93,18 +93,20 @@ def _check_ids(block: np.ndarray, num_nodes: int, first_row: int, where: str) ->
 
 
 def write_csc(edge_blocks: Iterable[np.ndarray], num_nodes: int, workdir: Path, out_dir: Path, *,
-              inverse_interleaved: bool, declared_edges: int | None = None, where: str = "edges",
-              progress: Progress = None) -> np.ndarray:
+              inverse_interleaved: bool, declared_edges: int | None = None, expected_edges: int | None = None,
+              where: str = "edges", progress: Progress = None) -> np.ndarray:
     """Write ``indices.npy`` of the CSC graph of ``edge_blocks`` (``[k, 2]`` rows ``src,dst``) into
     ``out_dir`` by the two-pass counting sort of the module docstring; return ``indptr``.
 
     ``inverse_interleaved``: every edge followed by its reverse (OGB's ``add_inverse_edge``), kept in
     that order; otherwise both directions of every edge, sorted and deduplicated per column (an
     undirected graph from a directed edge list). ``declared_edges``: the row count the source
-    declares (a shorter or longer edge list is a ValueError naming ``where``).
+    declares (a shorter or longer edge list is a ValueError naming ``where``); ``expected_edges``: an
+    estimate of it where none is declared (a line count), only to size the buckets.
     """
     n = int(num_nodes)
-    expected = declared_edges  # sizes the buckets (~BUCKET_ENTRIES entries each); without it, ~1 edge per node
+    # sizes the buckets (~BUCKET_ENTRIES entries each); without a count or an estimate, ~1 edge per node
+    expected = declared_edges or expected_edges
     per_bucket = max(1, BUCKET_ENTRIES * n // max(2 * (expected or n), 1))
     num_buckets = max(1, math.ceil(n / per_bucket))
     bucket_path = lambda b: Path(workdir) / f"csc-{b}.i64"  # noqa: E731

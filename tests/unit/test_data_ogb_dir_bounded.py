@@ -1,0 +1,115 @@
+"""Bounded prepare of a directory in OGB's CSV layout, by path (issue 26, item 3): the streamed cache
+is byte for byte the whole-read converter's, and a prepare's peak resident memory does not grow with
+the data (measured from outside, in a child, as in test_data_bounded.py)."""
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cherry.data import bounded, cache, ogb_csv, ogb_dir
+from tests.unit.test_data_bounded import _MEASURE, REPO
+
+
+def _write_layout(directory: Path, n: int, degree: int, dim: int, seed: int = 0,
+                  node_count: bool = True) -> np.ndarray:
+    """A random graph in OGB's raw layout (fast writers: features are multiples of 1/16); return the
+    nodes in no split (a fifth)."""
+    rng = np.random.default_rng(seed)
+    raw, split = directory / "raw", directory / "split" / "random"
+    raw.mkdir(parents=True)
+    split.mkdir(parents=True)
+    edges = rng.integers(0, n, size=(n * degree, 2))
+    edges[: n // 4] = edges[0]  # duplicates, and a few self loops
+    edges[n // 4: n // 4 + 8, 1] = edges[n // 4: n // 4 + 8, 0]
+    ogb_csv.write_csv_gz(raw / "edge.csv.gz", edges, ogb_csv.format_int_rows)
+    features = rng.integers(-150, 150, size=(n, dim)).astype(np.float32) / 16
+    ogb_csv.write_csv_gz(raw / "node-feat.csv.gz", features, ogb_csv.format_sixteenths)
+    ogb_csv.write_csv_gz(raw / "node-label.csv.gz", (np.arange(n) % 7)[:, None], ogb_csv.format_int_rows)
+    if node_count:
+        ogb_csv.write_csv_gz(raw / "num-node-list.csv.gz", np.array([[n]]), ogb_csv.format_int_rows)
+    order = rng.permutation(n)
+    for name, part in zip(("train", "valid", "test"), np.split(order[: 4 * n // 5], [n // 2, 3 * n // 5])):
+        ogb_csv.write_csv_gz(split / f"{name}.csv.gz", part[:, None], ogb_csv.format_int_rows)
+    return order[4 * n // 5:]
+
+
+def _whole_cache(directory: Path, target: Path) -> Path:
+    arrays, summary = ogb_dir.read_directory(directory)
+    return cache.write_cache(target, arrays, summary)
+
+
+def _same_bytes(a: Path, b: Path) -> list[str]:
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir())
+    return [name for name in names if (a / name).read_bytes() != (b / name).read_bytes()]
+
+
+@pytest.mark.parametrize("node_count", [True, False])
+def test_bounded_directory_cache_has_the_bytes_of_the_whole_read(tmp_path, monkeypatch, node_count):
+    monkeypatch.setattr(bounded, "READ_ROWS", 64)  # many feature blocks, edge blocks and buckets
+    monkeypatch.setattr(bounded, "BUCKET_ENTRIES", 512)
+    directory = tmp_path / "g"
+    unsplit = _write_layout(directory, 1500, 6, 5, node_count=node_count)
+    labels = directory / "raw" / "node-label.csv.gz"  # unlabelled rows (NaN) and arbitrary float text
+    rows = gzip.decompress(labels.read_bytes()).decode().splitlines()
+    rows[unsplit[0]], rows[unsplit[1]] = "NaN", "nan"
+    labels.write_bytes(gzip.compress(("\n".join(rows) + "\n").encode()))
+    feat = directory / "raw" / "node-feat.csv.gz"
+    text = gzip.decompress(feat.read_bytes()).decode().replace("0.0625", "0.1", 7).replace("1.5000", "1e-3", 5)
+    feat.write_bytes(gzip.compress(text.encode()))
+    built = ogb_dir.prepare_directory(directory)
+    assert not _same_bytes(built, _whole_cache(directory, tmp_path / "whole"))  # manifest included
+    assert not [p for p in directory.iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+
+def test_bounded_directory_refuses_bad_files_in_one_line(tmp_path):
+    directory = tmp_path / "g"
+    _write_layout(directory, 300, 3, 4)
+    (directory / "raw" / "num-node-list.csv.gz").write_bytes(gzip.compress(b"299\n"))
+    with pytest.raises(ValueError, match="have 300 rows for 299 nodes") as info:
+        ogb_dir.prepare_directory(directory)
+    assert "\n" not in str(info.value)
+    (directory / "raw" / "num-node-list.csv.gz").write_bytes(gzip.compress(b"300\n"))
+    edges = directory / "raw" / "edge.csv.gz"
+    edges.write_bytes(edges.read_bytes()[:-40])  # a truncated gzip stream
+    with pytest.raises(ValueError, match="edge.csv.gz cannot be read"):
+        ogb_dir.prepare_directory(directory)
+    assert not (directory / "cherry").exists()
+
+
+_PREPARE_PATH_SMALL_BLOCKS = """
+import sys
+sys.modules["ogb"] = None
+import cherry.data.bounded as b
+b.READ_ROWS, b.BUCKET_ENTRIES = 1 << 10, 1 << 16
+from cherry.cli import main
+sys.exit(main(["data", "prepare", sys.argv[1]]))
+"""
+
+
+def _peak_mib(directory: Path) -> float:
+    env = dict(os.environ, PYTHONPATH=str(REPO), CHERRY_NO_EXT="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, sys.executable, "-c", _PREPARE_PATH_SMALL_BLOCKS,
+                           str(directory)], env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout.split()[-1]) / 1024
+
+
+def test_bounded_directory_prepare_peak_does_not_grow_with_the_data(tmp_path):
+    small, large = tmp_path / "s", tmp_path / "l"
+    _write_layout(small, 25_000, 8, 64)
+    _write_layout(large, 100_000, 8, 64)
+    peak_small, peak_large = _peak_mib(small), _peak_mib(large)
+    sizes = [sum(f.stat().st_size for f in (d / "cherry").glob("*.npy")) / 2**20 for d in (small, large)]
+    assert sizes[1] > 3.5 * sizes[0] > 10  # the data did grow 4x (~13 and ~51 MiB of cache)
+    ceiling_mib = 448  # python + torch + numpy + pandas alone is ~290 MiB here
+    assert peak_small <= ceiling_mib and peak_large <= ceiling_mib, (peak_small, peak_large)
+    # 4x the data: the peak may grow only by the per-node vectors (labels, split, indptr: ~40 bytes per
+    # node, 3 MiB for the 75,000 more nodes); the whole read grew by ~4x the cache's growth
+    assert peak_large <= peak_small + 20, (peak_small, peak_large, sizes)
