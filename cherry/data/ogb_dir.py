@@ -8,7 +8,9 @@ test}.csv.gz``; OGB's binary form (``raw/data.npz`` + ``raw/node-label.npz``) is
 undirected (reverses added, duplicates removed). The class count is OGB's for a directory named like an
 OGB dataset (``ogbn_arxiv``: 40) and otherwise the largest label + 1.
 
-The converted cache lives in ``<dir>/cherry`` (`cherry.data.cache`, checksummed, written atomically);
+The CSV layout is converted in bounded memory (`convert_directory`: features streamed, the CSC built
+on disk by `cherry.data.bounded`), into the same bytes as reading it whole (`read_directory`, which the
+binary layout still goes through). The converted cache lives in ``<dir>/cherry`` (`cherry.data.cache`, checksummed, written atomically);
 its manifest records each source file's size and modification time, so an edited source is
 converted again and an unchanged one is read from the cache.
 """
