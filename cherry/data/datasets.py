@@ -5,8 +5,10 @@ CSC graph on disk (`cherry.data.bounded`, bounded memory; a ``chunked`` spec is 
 bounded memory) -> `.npy` cache, all inside a temporary directory renamed into ``<root>/<dir_name>`` at the
 end, so an interruption leaves nothing half-written. For a real OGB name the user's files in
 ``<root>/<ogbn_name>`` are checked first (a missing file is a one-line FileNotFoundError naming the
-directory; nothing is downloaded, nothing prompts), read with OGB's loader and converted into
-``<root>/<ogbn_name>/cherry``. Every graph is stored undirected: generated and ogbn-products edges get
+directory; nothing is downloaded, nothing prompts) and converted into ``<root>/<ogbn_name>/cherry``:
+ogbn-arxiv's and ogbn-products' raw CSV files, when all present, by `cherry.data.bounded` in bounded
+memory without OGB's loader (the same cache bytes, tested); otherwise (papers100M's npz, or only
+OGB's ``processed/`` file) read whole with OGB's loader. Every graph is stored undirected: generated and ogbn-products edges get
 their reverses from OGB (``add_inverse_edge``); ogbn-arxiv and ogbn-papers100M are symmetrised here,
 as the OGB reference models do.
 
@@ -39,8 +41,8 @@ from cherry.data import cache as cache_mod
 from cherry.data import checks
 from cherry.data.graph import Dataset, Graph
 from cherry.data.bounded import convert_layout
-from cherry.data.ogb_io import (check_ogb_files, read_ogb, synth_meta_dict, write_synth_layout,
-                               write_synth_layout_blocks)
+from cherry.data.ogb_io import (check_ogb_files, read_ogb, real_csv_meta_dict, synth_meta_dict,
+                               write_synth_layout, write_synth_layout_blocks)
 from cherry.data.registry import (CACHE_DIRNAME, OGB_SPECS, check_name, dir_name, ensure_writable_dir,
                                   is_synthetic, resolve_root, resolve_scale, synth_spec)
 from cherry.data.synthetic import generate
@@ -163,6 +165,23 @@ def _prepare_real(name, root: Path, report) -> Path:
     directory = root / dir_name(name)
     check_ogb_files(name, directory)
     ensure_writable_dir(directory, f"{name} directory")  # OGB writes processed/, Cherry its cache
+    meta_dict = real_csv_meta_dict(name, directory)
+    if meta_dict is not None:  # raw CSV files present: bounded memory, without OGB's loader
+        report(f"reading {directory} in blocks", 0.0)
+        cache_dir = directory / CACHE_DIRNAME
+        cache_mod.remove_stale_temps(cache_dir)
+        build = cache_mod.temp_sibling(cache_dir)
+        try:
+            build.mkdir()
+            with tempfile.TemporaryDirectory(prefix="cherry-csc-", dir=directory) as work:
+                summary = convert_layout(directory, meta_dict, build, Path(work), progress=report)
+            report("writing cache", 0.0)
+            info = {"name": name, "num_classes": OGB_SPECS[name].num_classes, **summary,
+                    "metadata": _expected_metadata(name, None)}
+            return cache_mod.seal_cache(build, cache_dir, info)
+        finally:
+            if build.exists():
+                shutil.rmtree(build, ignore_errors=True)
     report(f"reading {directory} through ogb.NodePropPredDataset", 0.0)
     read = read_ogb(name, directory)
     cache_arrays, summary = _convert(read, report)

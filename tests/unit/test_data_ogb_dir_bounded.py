@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,11 +18,11 @@ from tests.unit.test_data_bounded import _MEASURE, REPO
 
 
 def _write_layout(directory: Path, n: int, degree: int, dim: int, seed: int = 0,
-                  node_count: bool = True) -> np.ndarray:
+                  node_count: bool = True, split_name: str = "random", classes: int = 7) -> np.ndarray:
     """A random graph in OGB's raw layout (fast writers: features are multiples of 1/16); return the
     nodes in no split (a fifth)."""
     rng = np.random.default_rng(seed)
-    raw, split = directory / "raw", directory / "split" / "random"
+    raw, split = directory / "raw", directory / "split" / split_name
     raw.mkdir(parents=True)
     split.mkdir(parents=True)
     edges = rng.integers(0, n, size=(n * degree, 2))
@@ -30,7 +31,7 @@ def _write_layout(directory: Path, n: int, degree: int, dim: int, seed: int = 0,
     ogb_csv.write_csv_gz(raw / "edge.csv.gz", edges, ogb_csv.format_int_rows)
     features = rng.integers(-150, 150, size=(n, dim)).astype(np.float32) / 16
     ogb_csv.write_csv_gz(raw / "node-feat.csv.gz", features, ogb_csv.format_sixteenths)
-    ogb_csv.write_csv_gz(raw / "node-label.csv.gz", (np.arange(n) % 7)[:, None], ogb_csv.format_int_rows)
+    ogb_csv.write_csv_gz(raw / "node-label.csv.gz", (np.arange(n) % classes)[:, None], ogb_csv.format_int_rows)
     if node_count:
         ogb_csv.write_csv_gz(raw / "num-node-list.csv.gz", np.array([[n]]), ogb_csv.format_int_rows)
     order = rng.permutation(n)
@@ -81,6 +82,34 @@ def test_bounded_directory_refuses_bad_files_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="edge.csv.gz cannot be read"):
         ogb_dir.prepare_directory(directory)
     assert not (directory / "cherry").exists()
+
+
+@pytest.mark.parametrize("name, split_name, classes", [("ogbn-arxiv", "time", 40),
+                                                      ("ogbn-products", "sales_ranking", 47)])
+def test_real_name_with_raw_csv_is_bounded_with_the_bytes_of_ogbs_loader(tmp_path, monkeypatch, name,
+                                                                           split_name, classes):
+    """ogbn-arxiv (symmetrised here) and ogbn-products (OGB's add_inverse_edge) by name: their raw CSV
+    files go through `cherry.data.bounded`; the cache equals the one converted from OGB's loader."""
+    pytest.importorskip("ogb")
+    from cherry.data import datasets
+    from cherry.data.ogb_io import read_ogb
+
+    monkeypatch.setattr(bounded, "READ_ROWS", 64)
+    monkeypatch.setattr(bounded, "BUCKET_ENTRIES", 512)
+    directory = tmp_path / "root" / name.replace("-", "_")
+    _write_layout(directory, 1200, 5, 3, split_name=split_name, classes=classes)
+    ogb_csv.write_csv_gz(directory / "raw" / "num-edge-list.csv.gz", np.array([[1200 * 5]]), ogb_csv.format_int_rows)
+    ogb_csv.write_csv_gz(directory / "raw" / "node_year.csv.gz", np.full((1200, 1), 2019), ogb_csv.format_int_rows)
+    (directory / "RELEASE_v1.txt").write_text("v1\n")
+    reference = tmp_path / "ref" / directory.name
+    shutil.copytree(directory, reference)
+    stages = []
+    built = datasets.prepare_dataset(name, root=tmp_path / "root", progress=lambda s, f: stages.append(s))
+    assert any("in blocks" in s for s in stages) and not (directory / "processed").exists()  # not OGB's loader
+    arrays, summary = datasets._convert(read_ogb(name, reference), lambda s, f: None)
+    info = {"name": name, "num_classes": classes, **summary, "metadata": datasets._expected_metadata(name, None)}
+    assert not _same_bytes(built, cache.write_cache(tmp_path / "whole", arrays, info))  # manifest included
+    assert sorted(p.name for p in directory.iterdir()) == ["RELEASE_v1.txt", "cherry", "raw", "split"]
 
 
 _PREPARE_PATH_SMALL_BLOCKS = """
