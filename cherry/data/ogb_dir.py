@@ -8,9 +8,9 @@ test}.csv.gz``; OGB's binary form (``raw/data.npz`` + ``raw/node-label.npz``) is
 undirected (reverses added, duplicates removed). The class count is OGB's for a directory named like an
 OGB dataset (``ogbn_arxiv``: 40) and otherwise the largest label + 1.
 
-The CSV layout is converted in bounded memory (`convert_directory`: features streamed, the CSC built
-on disk by `cherry.data.bounded`), into the same bytes as reading it whole (`read_directory`, which the
-binary layout still goes through). The converted cache lives in ``<dir>/cherry`` (`cherry.data.cache`, checksummed, written atomically);
+Both layouts are converted in bounded memory (`convert_directory`: features streamed, npz members
+read in blocks, the CSC built on disk by `cherry.data.bounded`), into the same bytes as reading them
+whole (`read_directory`, kept as the reference). The converted cache lives in ``<dir>/cherry`` (`cherry.data.cache`, checksummed, written atomically);
 its manifest records each source file's size and modification time, so an edited source is
 converted again and an unchanged one is read from the cache.
 """
@@ -157,26 +157,26 @@ def _count_lines(path: Path) -> int:
     return lines
 
 
-def _write_features(path: Path, files: dict, n: int | None, workdir: Path) -> tuple[int, int]:
-    """Stream the feature CSV into ``path`` (float32 ``.npy``, as `_csv` parses it); return ``(rows,
-    F)``. The rows go to a raw file first and are copied behind the header once counted, since without
-    ``num-node-list`` the row count is the node count and the ``.npy`` header comes first."""
+def _write_features(path: Path, blocks, where: str, n: int | None, workdir: Path) -> tuple[int, int]:
+    """Stream the feature rows of ``blocks`` into ``path`` (float32 ``.npy``, as `read_directory` casts
+    them); return ``(rows, F)``. The rows go to a raw file first and are copied behind the header once
+    counted, since without a node count the row count is the node count and the header comes first."""
     from cherry.data.bounded import NpyWriter
 
     raw, rows, dim = Path(workdir) / "features.raw", 0, None
     with open(raw, "wb") as out:
-        for block in _blocks(files["features"]):
+        for block in blocks:
             values = block.astype(np.float32)
             dim = values.shape[1] if dim is None else dim
             finite = np.isfinite(values)
             if not finite.all():
                 r, c = (int(v) for v in np.argwhere(~finite)[0])
-                raise ValueError(f"features ({files['features']}) must be finite; node {rows + r}, column {c} "
-                                 f"is {values[r, c]}")
+                raise ValueError(f"features ({where}) must be finite; node {rows + r}, column {c} is "
+                                 f"{values[r, c]}")
             values.tofile(out)
             rows += values.shape[0]
     if n is not None and rows != n:
-        raise ValueError(f"features ({files['features']}) have {rows} rows for {n} nodes; expected one row per node")
+        raise ValueError(f"features ({where}) have {rows} rows for {n} nodes; expected one row per node")
     writer = NpyWriter(path, (rows, dim), np.float32)
     with open(raw, "rb") as f:
         while block := f.read((8 << 20) // (4 * dim) * 4 * dim or 4 * dim):
@@ -187,21 +187,35 @@ def _write_features(path: Path, files: dict, n: int | None, workdir: Path) -> tu
 
 
 def convert_directory(directory: Path, build_dir: Path, workdir: Path) -> dict:
-    """Convert the CSV layout in ``directory`` into the cache arrays in ``build_dir`` in bounded memory
-    (`cherry.data.bounded`: features streamed into ``features.npy``, the undirected CSC built by the
-    on-disk counting sort; labels, the split and ``indptr`` held whole); return the manifest summary.
-    The files and the summary are those of `read_directory` + `cherry.data.cache.write_cache`, byte for
+    """Convert the layout in ``directory`` (CSV, or OGB's binary npz) into the cache arrays in
+    ``build_dir`` in bounded memory (`cherry.data.bounded`: features streamed into ``features.npy``,
+    the undirected CSC built by the on-disk counting sort; labels, the split and ``indptr`` held
+    whole; npz members read in blocks by `cherry.data.npz_stream`); return the manifest summary. The
+    files and the summary are those of `read_directory` + `cherry.data.cache.write_cache`, byte for
     byte (tested); only the order of the checks differs (features, then labels and split, then edges)."""
-    from cherry.data import bounded
+    from cherry.data import bounded, npz_stream
     from cherry.data.bounded import degree_summary, write_csc, write_npy
 
     directory, build_dir = Path(directory).expanduser(), Path(build_dir)
     files = source_files(directory)
     if "graph" in files:
-        raise ValueError(f"{directory}: a bounded conversion reads the CSV layout; got {files['graph']}")
-    n = int(_csv(files["num_nodes"], np.int64).reshape(-1)[0]) if "num_nodes" in files else None
-    n, feature_dim = _write_features(build_dir / "features.npy", files, n, workdir)
-    labels_f = _csv(files["labels"], np.float64).reshape(-1)
+        graph = files["graph"]
+        with np.load(graph) as npz:
+            n = int(np.asarray(npz["num_nodes_list"]).reshape(-1)[0]) if "num_nodes_list" in npz else None
+        n, feature_dim = _write_features(build_dir / "features.npy", npz_stream.row_blocks(graph, "node_feat"),
+                                         str(graph), n, workdir)
+        with np.load(files["labels"]) as npz:
+            labels_f = np.asarray(npz[npz.files[0]], dtype=np.float64).reshape(-1)
+        edge_shape = npz_stream.header(graph, "edge_index")[0]
+        edge_blocks = npz_stream.pair_blocks(graph, "edge_index")
+        expected, edges_where = (edge_shape[1] if len(edge_shape) == 2 else None), str(graph)
+    else:
+        n = int(_csv(files["num_nodes"], np.int64).reshape(-1)[0]) if "num_nodes" in files else None
+        n, feature_dim = _write_features(build_dir / "features.npy", _blocks(files["features"]),
+                                         str(files["features"]), n, workdir)
+        labels_f = _csv(files["labels"], np.float64).reshape(-1)
+        edge_blocks = _blocks(files["edges"], bounded.READ_ROWS * 8)
+        expected, edges_where = _count_lines(files["edges"]), str(files["edges"])
     labels = np.where(np.isnan(labels_f), checks.UNLABELLED, labels_f).astype(np.int64)
     del labels_f
     splits = {s: _csv(files[s], np.int64).reshape(-1) for s in checks.SPLITS}
@@ -215,9 +229,8 @@ def convert_directory(directory: Path, build_dir: Path, workdir: Path) -> dict:
             source_edges[0] += block.shape[0]
             yield block
 
-    indptr = write_csc(counted(_blocks(files["edges"], bounded.READ_ROWS * 8)), n, workdir, build_dir,
-                       inverse_interleaved=False, declared_edges=None,
-                       expected_edges=_count_lines(files["edges"]), where=str(files["edges"]))
+    indptr = write_csc(counted(edge_blocks), n, workdir, build_dir, inverse_interleaved=False,
+                       declared_edges=None, expected_edges=expected, where=edges_where)
     write_npy(build_dir / "indptr.npy", indptr)
     write_npy(build_dir / "labels.npy", labels)
     for s in checks.SPLITS:
@@ -267,11 +280,7 @@ def prepare_directory(directory: Path, force: bool = False) -> Path:
     source_files(directory)  # missing files: one line before any work
     if force or not cache_is_current(directory):
         try:
-            if "graph" in source_files(directory):  # OGB's npz layout: read whole (not streamed yet)
-                arrays, summary = read_directory(directory)
-                cache_mod.write_cache(cache_dir_of(directory), arrays, summary)
-            else:
-                _write_bounded(directory, cache_dir_of(directory))
+            _write_bounded(directory, cache_dir_of(directory))
         except PermissionError as exc:
             raise ValueError(f"cannot write the cache {cache_dir_of(directory)}: {exc.strerror}; expected a "
                              "writable dataset directory") from None

@@ -69,6 +69,42 @@ def test_bounded_directory_cache_has_the_bytes_of_the_whole_read(tmp_path, monke
     assert not [p for p in directory.iterdir() if p.name.startswith(".")]  # no temporary left behind
 
 
+def _write_npz_layout(directory: Path, n: int, degree: int, dim: int, compressed: bool, fortran: bool,
+                      node_count: bool) -> None:
+    """OGB's binary layout (papers100M's): raw/data.npz and raw/node-label.npz, split as CSV."""
+    unsplit = _write_layout(directory, n, degree, dim)
+    raw = directory / "raw"
+    edges = ogb_dir._csv(raw / "edge.csv.gz", np.int64).T
+    arrays = {"edge_index": np.asfortranarray(edges) if fortran else edges,
+              "node_feat": ogb_dir._csv(raw / "node-feat.csv.gz", np.float32).astype(np.float16)}
+    if not fortran:  # pandas hands back Fortran order; OGB's files are written in C order
+        arrays["node_feat"] = np.ascontiguousarray(arrays["node_feat"])
+    if node_count:
+        arrays["num_nodes_list"] = np.array([n])
+    labels = (np.arange(n) % 7).astype(np.float64)[:, None]
+    labels[unsplit[:3]] = np.nan
+    save = np.savez_compressed if compressed else np.savez
+    save(raw / "data.npz", **arrays)
+    save(raw / "node-label.npz", node_label=labels)
+    for name in ("edge.csv.gz", "node-feat.csv.gz", "node-label.csv.gz", "num-node-list.csv.gz"):
+        (raw / name).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("compressed, fortran, node_count", [(False, False, True), (True, False, False),
+                                                               (False, True, True)])
+def test_bounded_npz_directory_has_the_bytes_of_the_whole_read(tmp_path, monkeypatch, compressed, fortran,
+                                                               node_count):
+    from cherry.data import npz_stream
+
+    monkeypatch.setattr(bounded, "BUCKET_ENTRIES", 512)
+    monkeypatch.setattr(npz_stream, "ROWS", 100)  # many blocks of every member
+    directory = tmp_path / "g"
+    _write_npz_layout(directory, 1500, 6, 5, compressed, fortran, node_count)
+    built = ogb_dir.prepare_directory(directory)
+    assert not _same_bytes(built, _whole_cache(directory, tmp_path / "whole"))  # manifest included
+    assert sorted(p.name for p in (directory / "raw").iterdir()) == ["data.npz", "node-label.npz"]
+
+
 def test_bounded_directory_refuses_bad_files_in_one_line(tmp_path):
     directory = tmp_path / "g"
     _write_layout(directory, 300, 3, 4)
