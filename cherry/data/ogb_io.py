@@ -130,6 +130,36 @@ def real_csv_meta_dict(name: str, directory: Path) -> dict | None:
             "additional node files": ",".join(extra) or "None", "is hetero": "False", "binary": "False"}
 
 
+def real_npz_streamable(name: str, directory: Path) -> bool:
+    """Whether the real binary dataset ``name`` (ogbn-papers100M) can be streamed from ``directory`` as
+    `cherry.data.ogb_dir` streams an npz layout by path, giving what OGB's loader gives: its raw npz
+    files and split CSV files present (no ``split_dict.pt``, one split directory), one graph whose
+    declared counts equal the arrays' rows (OGB slices to them; the stream reads every row)."""
+    from cherry.data import npz_stream
+
+    _, split, binary, _ = _REAL_LAYOUT[name]
+    directory = Path(directory)
+    raw, split_root = directory / "raw", directory / "split"
+    if not binary or not ((raw / "data.npz").is_file() and (raw / "node-label.npz").is_file()):
+        return False
+    if sorted(p.name for p in split_root.iterdir() if p.is_dir()) != [split] or \
+            (split_root / split / "split_dict.pt").exists() or \
+            not all((split_root / split / f"{s}.csv.gz").is_file() for s in SPLITS):
+        return False
+    try:
+        with np.load(raw / "data.npz") as npz:
+            nodes, edges = (np.asarray(npz[k]).reshape(-1) for k in ("num_nodes_list", "num_edges_list"))
+        with np.load(raw / "node-label.npz") as npz:
+            if npz.files != ["node_label"]:
+                return False
+        edge_shape = npz_stream.header(raw / "data.npz", "edge_index")[0]
+        feat_shape = npz_stream.header(raw / "data.npz", "node_feat")[0]
+    except (KeyError, ValueError, OSError):  # OGB's loader reads it, or names what is wrong
+        return False
+    return (nodes.size == 1 and edges.size == 1 and tuple(edge_shape) == (2, int(edges[0]))
+            and len(feat_shape) == 2 and feat_shape[0] == int(nodes[0]))
+
+
 def check_ogb_files(name: str, directory: Path) -> None:
     """Raise FileNotFoundError (one line, naming ``directory``) if a real OGB dataset is incomplete."""
     if name not in _REAL_LAYOUT:

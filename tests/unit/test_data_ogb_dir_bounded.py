@@ -105,6 +105,39 @@ def test_bounded_npz_directory_has_the_bytes_of_the_whole_read(tmp_path, monkeyp
     assert sorted(p.name for p in (directory / "raw").iterdir()) == ["data.npz", "node-label.npz"]
 
 
+def test_papers100m_by_name_is_streamed_with_the_bytes_of_ogbs_loader(tmp_path, monkeypatch):
+    """ogbn-papers100M's raw npz by name: streamed (`real_npz_streamable`), the cache equal to the
+    one converted from OGB's loader; declared counts that differ from the arrays go to OGB's loader."""
+    pytest.importorskip("ogb")
+    from cherry.data import datasets, npz_stream
+    from cherry.data.ogb_io import read_ogb, real_npz_streamable
+
+    monkeypatch.setattr(bounded, "BUCKET_ENTRIES", 512)
+    monkeypatch.setattr(npz_stream, "ROWS", 100)
+    directory = tmp_path / "root" / "ogbn_papers100M"
+    _write_npz_layout(directory, 1500, 6, 5, compressed=False, fortran=False, node_count=True)
+    (directory / "split" / "random").rename(directory / "split" / "time")
+    with np.load(directory / "raw" / "data.npz") as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["node_feat"] = arrays["node_feat"].astype(np.float32)
+    arrays["num_edges_list"] = np.array([arrays["edge_index"].shape[1]])
+    np.savez(directory / "raw" / "data.npz", **arrays)
+    (directory / "RELEASE_v1.txt").write_text("v1\n")
+    reference = tmp_path / "ref" / directory.name
+    shutil.copytree(directory, reference)
+    assert real_npz_streamable("ogbn-papers100M", directory)
+    built = datasets.prepare_dataset("ogbn-papers100M", root=tmp_path / "root")
+    assert not (directory / "processed").exists()  # not OGB's loader
+    read = read_ogb("ogbn-papers100M", reference)
+    whole, summary = datasets._convert(read, lambda s, f: None)
+    info = {"name": "ogbn-papers100M", "num_classes": 172, **summary,
+            "metadata": datasets._expected_metadata("ogbn-papers100M", None)}
+    assert not _same_bytes(built, cache.write_cache(tmp_path / "whole", whole, info))  # manifest included
+    arrays["num_edges_list"] = np.array([arrays["edge_index"].shape[1] - 1])  # OGB would drop the last edge
+    np.savez(directory / "raw" / "data.npz", **arrays)
+    assert not real_npz_streamable("ogbn-papers100M", directory)
+
+
 def test_bounded_directory_refuses_bad_files_in_one_line(tmp_path):
     directory = tmp_path / "g"
     _write_layout(directory, 300, 3, 4)
