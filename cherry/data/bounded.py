@@ -132,7 +132,7 @@ def write_csc(edge_blocks: Iterable[np.ndarray], num_nodes: int, workdir: Path, 
                          "exactly that many")
     if declared_edges is not None and rows != declared_edges:
         raise ValueError(f"edges ({where}): {rows} edges read, the dataset declares {declared_edges} "
-                         "(truncated or padded file?)")
+                         "(truncated file?)")
     indptr = np.zeros(n + 1, dtype=np.int64)
     raw = Path(workdir) / "indices.raw"
     with open(raw, "wb") as out:  # pass 2: each destination range, in node order

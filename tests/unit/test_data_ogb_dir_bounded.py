@@ -146,6 +146,14 @@ def test_bounded_directory_refuses_bad_files_in_one_line(tmp_path):
         ogb_dir.prepare_directory(directory)
     assert "\n" not in str(info.value)
     (directory / "raw" / "num-node-list.csv.gz").write_bytes(gzip.compress(b"300\n"))
+    feat = directory / "raw" / "node-feat.csv.gz"
+    rows = gzip.decompress(feat.read_bytes()).decode().splitlines()
+    rows[200] = "0.5,abc,1,2"
+    saved = feat.read_bytes()
+    feat.write_bytes(gzip.compress(("\n".join(rows) + "\n").encode()))
+    with pytest.raises(ValueError, match=r"node-feat\.csv\.gz holds 'abc' at row 200, column 1; expected numbers"):
+        ogb_dir.prepare_directory(directory)
+    feat.write_bytes(saved)
     edges = directory / "raw" / "edge.csv.gz"
     edges.write_bytes(edges.read_bytes()[:-40])  # a truncated gzip stream
     with pytest.raises(ValueError, match="edge.csv.gz cannot be read"):
