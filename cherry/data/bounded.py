@@ -79,7 +79,7 @@ def write_npy(path: Path, array: np.ndarray) -> None:
 
 def _check_ids(block: np.ndarray, num_nodes: int, first_row: int, where: str) -> None:
     if block.ndim != 2 or block.shape[1] != 2:
-        raise ValueError(f"edges ({where}) must be pairs 'src,dst' ([2, E]), got rows of shape {block.shape[1:]}")
+        raise ValueError(f"edges ({where}) must be pairs 'src,dst' ([2, E]), got rows of {block.shape[1]} columns")
     if block.dtype.kind not in "iu":
         bad = ~np.isfinite(block) | (block != np.floor(block))
         if bad.any():
@@ -88,23 +88,27 @@ def _check_ids(block: np.ndarray, num_nodes: int, first_row: int, where: str) ->
                              f"column {column}; expected integer node ids")
     if block.size and (block.min() < 0 or block.max() >= num_nodes):
         bad_row = int(np.flatnonzero((block < 0).any(1) | (block >= num_nodes).any(1))[0])
-        raise ValueError(f"edges ({where}): row {first_row + bad_row} names node "
-                         f"{block[bad_row].tolist()}; expected ids in [0, {num_nodes})")
+        row = block[bad_row]
+        bad = row[(row < 0) | (row >= num_nodes)][0]
+        raise ValueError(f"edges ({where}) name node {bad}; expected node ids in [0, {num_nodes}) (row "
+                         f"{first_row + bad_row}: {row.tolist()})")
 
 
 def write_csc(edge_blocks: Iterable[np.ndarray], num_nodes: int, workdir: Path, out_dir: Path, *,
-              inverse_interleaved: bool, declared_edges: int | None = None, where: str = "edges",
-              progress: Progress = None) -> np.ndarray:
+              inverse_interleaved: bool, declared_edges: int | None = None, expected_edges: int | None = None,
+              where: str = "edges", progress: Progress = None) -> np.ndarray:
     """Write ``indices.npy`` of the CSC graph of ``edge_blocks`` (``[k, 2]`` rows ``src,dst``) into
     ``out_dir`` by the two-pass counting sort of the module docstring; return ``indptr``.
 
     ``inverse_interleaved``: every edge followed by its reverse (OGB's ``add_inverse_edge``), kept in
     that order; otherwise both directions of every edge, sorted and deduplicated per column (an
     undirected graph from a directed edge list). ``declared_edges``: the row count the source
-    declares (a shorter or longer edge list is a ValueError naming ``where``).
+    declares (a shorter or longer edge list is a ValueError naming ``where``); ``expected_edges``: an
+    estimate of it where none is declared (a line count), only to size the buckets.
     """
     n = int(num_nodes)
-    expected = declared_edges  # sizes the buckets (~BUCKET_ENTRIES entries each); without it, ~1 edge per node
+    # sizes the buckets (~BUCKET_ENTRIES entries each); without a count or an estimate, ~1 edge per node
+    expected = declared_edges or expected_edges
     per_bucket = max(1, BUCKET_ENTRIES * n // max(2 * (expected or n), 1))
     num_buckets = max(1, math.ceil(n / per_bucket))
     bucket_path = lambda b: Path(workdir) / f"csc-{b}.i64"  # noqa: E731
@@ -123,9 +127,12 @@ def write_csc(edge_blocks: Iterable[np.ndarray], num_nodes: int, workdir: Path, 
                 pairs[order[bounds[b]:bounds[b + 1]]].tofile(f)
         if progress is not None and expected:
             progress("partitioning edges", min(rows / expected, 1.0))
+    if declared_edges is not None and rows > declared_edges:
+        raise ValueError(f"{where} has {rows} edge rows, the dataset declares {declared_edges}: expected "
+                         "exactly that many")
     if declared_edges is not None and rows != declared_edges:
         raise ValueError(f"edges ({where}): {rows} edges read, the dataset declares {declared_edges} "
-                         "(truncated or padded file?)")
+                         "(truncated file?)")
     indptr = np.zeros(n + 1, dtype=np.int64)
     raw = Path(workdir) / "indices.raw"
     with open(raw, "wb") as out:  # pass 2: each destination range, in node order
@@ -162,6 +169,22 @@ def _npy_from_raw(raw: Path, path: Path, length: int) -> None:
     raw.unlink()
 
 
+def _check_numeric(block: np.ndarray, first_row: int, where: str) -> None:
+    """A block pandas parsed as text (object dtype) names its first non-number, as
+    `cherry.data.ogb_files.file_problem` does for a whole file."""
+    if block.dtype != object:
+        return
+    import pandas as pd
+
+    for column in range(block.shape[1]):
+        numeric = pd.to_numeric(pd.Series(block[:, column]), errors="coerce").to_numpy()
+        text = np.flatnonzero(np.isnan(numeric) & pd.notna(block[:, column]))
+        if text.size:
+            row = int(text[0])
+            raise ValueError(f"{where} holds {block[row, column]!r} at row {first_row + row}, column {column}; "
+                             "expected numbers")
+
+
 def write_features(path: Path, blocks: Iterable[np.ndarray], num_nodes: int, where: str) -> int:
     """Append the feature rows of ``blocks`` to ``path`` (float32 ``[num_nodes, F]``); return F.
 
@@ -173,6 +196,7 @@ def write_features(path: Path, blocks: Iterable[np.ndarray], num_nodes: int, whe
             if writer is None:
                 writer = NpyWriter(path, (num_nodes, block.shape[1]), np.float32)
             block = block[: max(num_nodes - rows, 0)]  # as OGB: the declared node count slices
+            _check_numeric(block, rows, where)
             values = block.astype(np.float32)
             finite = np.isfinite(values)
             if not finite.all():
@@ -212,6 +236,7 @@ def _read_counts(files: dict) -> tuple[int, int]:
     counts = []
     for key in ("num_nodes", "num_edges"):
         values = _whole_csv(files[key]).reshape(-1)
+        _check_numeric(values[:, None], 0, str(files[key]))
         if values.size != 1:
             raise ValueError(f"{files[key]} must hold one count (a single graph), got {values.size} values")
         counts.append(int(values[0]))
@@ -233,7 +258,7 @@ def convert_layout(directory: Path, meta_dict: dict, out_dir: Path, workdir: Pat
     if meta_dict.get("binary") == "True" or meta_dict.get("is hetero") == "True":
         raise ValueError(f"{directory}: a bounded conversion reads a homogeneous CSV layout; got "
                          f"binary={meta_dict.get('binary')!r}, is hetero={meta_dict.get('is hetero')!r}")
-    files = source_files(directory, meta_dict["split"], False, [])
+    files = source_files(directory, meta_dict["split"], False, [], raw_only=True)
     num_classes = int(meta_dict["num classes"])
     try:
         n, declared = _read_counts(files)
@@ -243,10 +268,10 @@ def convert_layout(directory: Path, meta_dict: dict, out_dir: Path, workdir: Pat
         labels = labels.astype(np.int64)
         splits = {s: _as_int64(_whole_csv(files[s]).T[0], files[s], "node id").astype(np.int64)
                   for s in checks.SPLITS}
-        check_per_node(labels, splits, n, num_classes, where={k: str(files[k]) for k in ("labels", *checks.SPLITS)})
         report("reading features in blocks", 0.0)
         feature_dim = write_features(out_dir / "features.npy", csv_blocks(files["features"]), n,
                                      where=str(files["features"]))
+        check_per_node(labels, splits, n, num_classes, where={k: str(files[k]) for k in ("labels", *checks.SPLITS)})
         inverse = meta_dict["add_inverse_edge"] == "True"
         indptr = write_csc(csv_blocks(files["edges"], READ_ROWS * 8), n, workdir, out_dir,
                            inverse_interleaved=inverse, declared_edges=declared, where=str(files["edges"]),

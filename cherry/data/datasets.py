@@ -5,8 +5,11 @@ CSC graph on disk (`cherry.data.bounded`, bounded memory; a ``chunked`` spec is 
 bounded memory) -> `.npy` cache, all inside a temporary directory renamed into ``<root>/<dir_name>`` at the
 end, so an interruption leaves nothing half-written. For a real OGB name the user's files in
 ``<root>/<ogbn_name>`` are checked first (a missing file is a one-line FileNotFoundError naming the
-directory; nothing is downloaded, nothing prompts), read with OGB's loader and converted into
-``<root>/<ogbn_name>/cherry``. Every graph is stored undirected: generated and ogbn-products edges get
+directory; nothing is downloaded, nothing prompts) and converted into ``<root>/<ogbn_name>/cherry``:
+ogbn-arxiv's and ogbn-products' raw CSV files, when all present, by `cherry.data.bounded` in bounded
+memory without OGB's loader, and ogbn-papers100M's raw npz files by `cherry.data.ogb_dir` (streamed,
+`cherry.data.npz_stream`) when `real_npz_streamable` (the same cache bytes, tested); otherwise (only
+OGB's ``processed/`` file, or declared counts OGB would slice to) read whole with OGB's loader. Every graph is stored undirected: generated and ogbn-products edges get
 their reverses from OGB (``add_inverse_edge``); ogbn-arxiv and ogbn-papers100M are symmetrised here,
 as the OGB reference models do.
 
@@ -39,8 +42,8 @@ from cherry.data import cache as cache_mod
 from cherry.data import checks
 from cherry.data.graph import Dataset, Graph
 from cherry.data.bounded import convert_layout
-from cherry.data.ogb_io import (check_ogb_files, read_ogb, synth_meta_dict, write_synth_layout,
-                               write_synth_layout_blocks)
+from cherry.data.ogb_io import (check_ogb_files, read_ogb, real_csv_meta_dict, real_npz_streamable,
+                               synth_meta_dict, write_synth_layout, write_synth_layout_blocks)
 from cherry.data.registry import (CACHE_DIRNAME, OGB_SPECS, check_name, dir_name, ensure_writable_dir,
                                   is_synthetic, resolve_root, resolve_scale, synth_spec)
 from cherry.data.synthetic import generate
@@ -159,10 +162,49 @@ def _prepare_generated(name, root: Path, scale, report) -> Path:
     return final / CACHE_DIRNAME
 
 
+def _seal_bounded(name: str, directory: Path, convert, report) -> Path:
+    """Write the cache of the real dataset ``name`` by ``convert(build_dir, work_dir) -> summary``
+    (a bounded converter) into a private sibling of its cache directory, sealed and renamed into place."""
+    cache_dir = directory / CACHE_DIRNAME
+    cache_mod.remove_stale_temps(cache_dir)
+    build = cache_mod.temp_sibling(cache_dir)
+    try:
+        build.mkdir()
+        with tempfile.TemporaryDirectory(prefix="cherry-csc-", dir=directory) as work:
+            summary = convert(build, Path(work))
+        report("writing cache", 0.0)
+        info = {**summary, "name": name, "num_classes": OGB_SPECS[name].num_classes,
+                "metadata": _expected_metadata(name, None)}
+        return cache_mod.seal_cache(build, cache_dir, info)
+    finally:
+        if build.exists():
+            shutil.rmtree(build, ignore_errors=True)
+
+
+def _npz_summary(directory: Path, build: Path, work: Path) -> dict:
+    """`cherry.data.ogb_dir.convert_directory` of OGB's npz layout, its summary in `_convert`'s fields."""
+    from cherry.data.ogb_dir import convert_directory
+
+    summary = convert_directory(directory, build, work)
+    labels = np.load(build / "labels.npy")
+    labelled = labels[labels >= 0]
+    keep = ("num_nodes", "num_edges", "source_edges", "feature_dim", "split_sizes", "degree")
+    return {**{k: summary[k] for k in keep},
+            "num_classes_observed": int(labelled.max()) + 1 if labelled.size else 0}
+
+
 def _prepare_real(name, root: Path, report) -> Path:
     directory = root / dir_name(name)
     check_ogb_files(name, directory)
     ensure_writable_dir(directory, f"{name} directory")  # OGB writes processed/, Cherry its cache
+    meta_dict = real_csv_meta_dict(name, directory)
+    if meta_dict is not None:  # raw CSV files present: bounded memory, without OGB's loader
+        report(f"reading {directory} in blocks", 0.0)
+        convert = lambda build, work: convert_layout(directory, meta_dict, build, work, progress=report)  # noqa: E731
+        return _seal_bounded(name, directory, convert, report)
+    if real_npz_streamable(name, directory):  # papers100M's raw npz: streamed, as a directory by path
+        report(f"reading {directory} in blocks", 0.0)
+        return _seal_bounded(name, directory, lambda build, work: _npz_summary(directory, build, work), report)
     report(f"reading {directory} through ogb.NodePropPredDataset", 0.0)
     read = read_ogb(name, directory)
     cache_arrays, summary = _convert(read, report)

@@ -8,7 +8,9 @@ test}.csv.gz``; OGB's binary form (``raw/data.npz`` + ``raw/node-label.npz``) is
 undirected (reverses added, duplicates removed). The class count is OGB's for a directory named like an
 OGB dataset (``ogbn_arxiv``: 40) and otherwise the largest label + 1.
 
-The converted cache lives in ``<dir>/cherry`` (`cherry.data.cache`, checksummed, written atomically);
+Both layouts are converted in bounded memory (`convert_directory`: features streamed, npz members
+read in blocks, the CSC built on disk by `cherry.data.bounded`), into the same bytes as reading them
+whole (`read_directory`, kept as the reference). The converted cache lives in ``<dir>/cherry`` (`cherry.data.cache`, checksummed, written atomically);
 its manifest records each source file's size and modification time, so an edited source is
 converted again and an unchanged one is read from the cache.
 """
@@ -129,6 +131,134 @@ def read_directory(directory: Path) -> tuple[dict[str, np.ndarray], dict]:
     return arrays, summary
 
 
+def _blocks(path: Path, rows: int | None = None):
+    """`cherry.data.bounded.csv_blocks` of ``path``, its read errors named as `_csv` names them."""
+    from cherry.data.bounded import csv_blocks
+
+    try:
+        yield from csv_blocks(path, rows)
+    except Exception as exc:  # raised by the reader only: the consumer's checks run outside this frame
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{path} cannot be read ({type(exc).__name__}: {reason}); expected headerless "
+                         "numeric CSV in gzip") from None
+
+
+def _count_lines(path: Path) -> int:
+    """Newlines of a gzip file, read in blocks: sizes the CSC's buckets (an estimate, not a check)."""
+    import gzip
+
+    lines = 0
+    try:
+        with gzip.open(path, "rb") as f:
+            while block := f.read(8 << 20):
+                lines += block.count(b"\n")
+    except (OSError, EOFError):  # a corrupt stream: the parse names it
+        pass
+    return lines
+
+
+def _write_features(path: Path, blocks, where: str, n: int | None, workdir: Path) -> tuple[int, int]:
+    """Stream the feature rows of ``blocks`` into ``path`` (float32 ``.npy``, as `read_directory` casts
+    them); return ``(rows, F)``. The rows go to a raw file first and are copied behind the header once
+    counted, since without a node count the row count is the node count and the header comes first."""
+    from cherry.data.bounded import NpyWriter, _check_numeric
+
+    raw, rows, dim = Path(workdir) / "features.raw", 0, None
+    with open(raw, "wb") as out:
+        for block in blocks:
+            _check_numeric(block, rows, where)
+            values = block.astype(np.float32)
+            dim = values.shape[1] if dim is None else dim
+            finite = np.isfinite(values)
+            if not finite.all():
+                r, c = (int(v) for v in np.argwhere(~finite)[0])
+                raise ValueError(f"features ({where}) must be finite; node {rows + r}, column {c} is "
+                                 f"{values[r, c]}")
+            values.tofile(out)
+            rows += values.shape[0]
+    if n is not None and rows != n:
+        raise ValueError(f"features ({where}) have {rows} rows for {n} nodes; expected one row per node")
+    writer = NpyWriter(path, (rows, dim), np.float32)
+    with open(raw, "rb") as f:
+        while block := f.read((8 << 20) // (4 * dim) * 4 * dim or 4 * dim):
+            writer.write(np.frombuffer(block, dtype=np.float32).reshape(-1, dim))
+    writer.close()
+    raw.unlink()
+    return rows, int(dim)
+
+
+def convert_directory(directory: Path, build_dir: Path, workdir: Path) -> dict:
+    """Convert the layout in ``directory`` (CSV, or OGB's binary npz) into the cache arrays in
+    ``build_dir`` in bounded memory (`cherry.data.bounded`: features streamed into ``features.npy``,
+    the undirected CSC built by the on-disk counting sort; labels, the split and ``indptr`` held
+    whole; npz members read in blocks by `cherry.data.npz_stream`); return the manifest summary. The
+    files and the summary are those of `read_directory` + `cherry.data.cache.write_cache`, byte for
+    byte (tested); only the order of the checks differs (features, then labels and split, then edges)."""
+    from cherry.data import bounded, npz_stream
+    from cherry.data.bounded import degree_summary, write_csc, write_npy
+
+    directory, build_dir = Path(directory).expanduser(), Path(build_dir)
+    files = source_files(directory)
+    if "graph" in files:
+        graph = files["graph"]
+        with np.load(graph) as npz:
+            n = int(np.asarray(npz["num_nodes_list"]).reshape(-1)[0]) if "num_nodes_list" in npz else None
+        n, feature_dim = _write_features(build_dir / "features.npy", npz_stream.row_blocks(graph, "node_feat"),
+                                         str(graph), n, workdir)
+        with np.load(files["labels"]) as npz:
+            labels_f = np.asarray(npz[npz.files[0]], dtype=np.float64).reshape(-1)
+        edge_shape = npz_stream.header(graph, "edge_index")[0]
+        edge_blocks = npz_stream.pair_blocks(graph, "edge_index")
+        expected, edges_where = (edge_shape[1] if len(edge_shape) == 2 else None), str(graph)
+    else:
+        n = int(_csv(files["num_nodes"], np.int64).reshape(-1)[0]) if "num_nodes" in files else None
+        n, feature_dim = _write_features(build_dir / "features.npy", _blocks(files["features"]),
+                                         str(files["features"]), n, workdir)
+        labels_f = _csv(files["labels"], np.float64).reshape(-1)
+        edge_blocks = _blocks(files["edges"], bounded.READ_ROWS * 8)
+        expected, edges_where = _count_lines(files["edges"]), str(files["edges"])
+    labels = np.where(np.isnan(labels_f), checks.UNLABELLED, labels_f).astype(np.int64)
+    del labels_f
+    splits = {s: _csv(files[s], np.int64).reshape(-1) for s in checks.SPLITS}
+    num_classes = num_classes_for(directory, labels)
+    checks.check_labels(labels, n, num_classes, where=str(files["labels"]))
+    checks.check_splits(splits, n, labels, where={s: str(files[s]) for s in checks.SPLITS})
+    source_edges = [0]
+
+    def counted(blocks):
+        for block in blocks:
+            source_edges[0] += block.shape[0]
+            yield block
+
+    indptr = write_csc(counted(edge_blocks), n, workdir, build_dir, inverse_interleaved=False,
+                       declared_edges=None, expected_edges=expected, where=edges_where)
+    write_npy(build_dir / "indptr.npy", indptr)
+    write_npy(build_dir / "labels.npy", labels)
+    for s in checks.SPLITS:
+        write_npy(build_dir / f"{s}_idx.npy", splits[s])
+    return {"name": str(directory), "num_nodes": n, "num_edges": int(indptr[-1]), "source_edges": source_edges[0],
+            "feature_dim": feature_dim, "num_classes": num_classes,
+            "split_sizes": {s: int(v.size) for s, v in splits.items()}, "degree": degree_summary(indptr),
+            "metadata": {"source": "path", "layout_version": LAYOUT_VERSION, "files": fingerprint(files)}}
+
+
+def _write_bounded(directory: Path, cache_dir: Path) -> None:
+    """`convert_directory` into a private sibling of ``cache_dir``, sealed and renamed into place."""
+    import shutil
+
+    cache_mod.remove_stale_temps(cache_dir)
+    tmp = cache_mod.temp_sibling(cache_dir)
+    try:
+        work = tmp / "work"
+        work.mkdir(parents=True)
+        summary = convert_directory(directory, tmp, work)
+        shutil.rmtree(work)
+        cache_mod.seal_cache(tmp, cache_dir, summary)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def cache_dir_of(directory: Path) -> Path:
     return Path(directory).expanduser() / CACHE_DIRNAME
 
@@ -150,9 +280,8 @@ def prepare_directory(directory: Path, force: bool = False) -> Path:
     directory = Path(directory).expanduser()
     source_files(directory)  # missing files: one line before any work
     if force or not cache_is_current(directory):
-        arrays, summary = read_directory(directory)
         try:
-            cache_mod.write_cache(cache_dir_of(directory), arrays, summary)
+            _write_bounded(directory, cache_dir_of(directory))
         except PermissionError as exc:
             raise ValueError(f"cannot write the cache {cache_dir_of(directory)}: {exc.strerror}; expected a "
                              "writable dataset directory") from None

@@ -18,12 +18,14 @@ from cherry.data.checks import SPLITS
 _SCAN_BLOCK_BYTES = 8 << 20
 
 
-def source_files(directory: Path, split: str, binary: bool, extra) -> dict[str, Path]:
+def source_files(directory: Path, split: str, binary: bool, extra, raw_only: bool = False) -> dict[str, Path]:
     """Which file OGB's loader takes each array from: keys ``edges``, ``num_nodes``, ``num_edges``,
     ``features``, ``labels``, `SPLITS` and ``extra`` (a tuple of further node files), for a dataset in
-    ``directory`` with split ``split``, binary (npz) or CSV raw files and additional node files."""
+    ``directory`` with split ``split``, binary (npz) or CSV raw files and additional node files.
+    ``raw_only``: the raw and split files even where OGB cached ``processed/data_processed`` or
+    ``split_dict.pt`` (what `cherry.data.bounded` reads)."""
     processed = directory / "processed" / "data_processed"
-    if processed.exists():
+    if processed.exists() and not raw_only:
         graph = {k: processed for k in ("edges", "num_nodes", "num_edges", "features", "labels")}
     elif binary:
         graph = {k: directory / "raw" / "data.npz" for k in ("edges", "num_nodes", "num_edges", "features")}
@@ -35,8 +37,9 @@ def source_files(directory: Path, split: str, binary: bool, extra) -> dict[str, 
                  "labels": raw / "node-label.csv.gz"}
     split_dir = directory / "split" / split
     packed = split_dir / "split_dict.pt"
-    splits = {s: packed if packed.exists() else split_dir / f"{s}.csv.gz" for s in SPLITS}
-    extras = tuple(directory / "raw" / f"{f}.csv.gz" for f in extra) if not (binary or processed.exists()) else ()
+    splits = {s: packed if packed.exists() and not raw_only else split_dir / f"{s}.csv.gz" for s in SPLITS}
+    cached = processed.exists() and not raw_only
+    extras = tuple(directory / "raw" / f"{f}.csv.gz" for f in extra) if not (binary or cached) else ()
     return {**graph, **splits, "extra": extras}
 
 

@@ -1,8 +1,9 @@
 """OGB's on-disk layout: write generated datasets into it, read any dataset through OGB's own loader.
 
 `read_ogb` reads through ``ogb.nodeproppred.NodePropPredDataset`` (real datasets; generated layouts
-too when asked, as the tests do). `cherry data prepare` reads generated layouts in bounded memory with
-`cherry.data.bounded` instead, which gives the same cache bytes. OGB may prompt (``input()``) when ``RELEASE_v1.txt`` is missing and may try to download
+too when asked, as the tests do). `cherry data prepare` reads generated layouts, and real CSV datasets
+whose raw files are present (`real_csv_meta_dict`), in bounded memory with `cherry.data.bounded`
+instead, which gives the same cache bytes. OGB may prompt (``input()``) when ``RELEASE_v1.txt`` is missing and may try to download
 when raw files are missing; both would hang or crash a batch job, so `check_ogb_files` runs first and
 `read_ogb` additionally disables OGB's download and prompt while it runs. OGB's own console output is
 captured (the data layer never prints), and its cached ``processed/`` file is loaded with
@@ -109,6 +110,54 @@ def write_synth_layout_blocks(directory: Path, labels: np.ndarray, edge_blocks, 
 def real_dir_hint(name: str, directory: Path) -> str:
     download, _, _, _ = _REAL_LAYOUT[name]
     return f"populate {directory} with the contents of OGB's {download}.zip ({_OGB_URL.format(download)})"
+
+
+def real_csv_meta_dict(name: str, directory: Path) -> dict | None:
+    """OGB's ``meta_dict`` of a real CSV dataset (ogbn-arxiv, ogbn-products) whose raw and split CSV
+    files are all in ``directory`` (what `cherry.data.bounded.convert_layout` reads, without the ``ogb``
+    package); None for the binary layout or where a raw file is missing (OGB's loader then reads its
+    ``processed/`` file, or says what is missing)."""
+    if name not in _REAL_LAYOUT:
+        raise ValueError(f"{name!r} is not a real OGB dataset; expected one of {', '.join(OGB_SPECS)}")
+    _, split, binary, extra = _REAL_LAYOUT[name]
+    if binary:
+        return None
+    files = source_files(Path(directory), split, False, extra, raw_only=True)
+    if not all(p.is_file() for k, v in files.items() for p in (v if k == "extra" else (v,))):
+        return None
+    return {"dir_path": str(directory), "num classes": OGB_SPECS[name].num_classes, "split": split,
+            "add_inverse_edge": "True" if name == "ogbn-products" else "False",  # OGB's master.csv
+            "additional node files": ",".join(extra) or "None", "is hetero": "False", "binary": "False"}
+
+
+def real_npz_streamable(name: str, directory: Path) -> bool:
+    """Whether the real binary dataset ``name`` (ogbn-papers100M) can be streamed from ``directory`` as
+    `cherry.data.ogb_dir` streams an npz layout by path, giving what OGB's loader gives: its raw npz
+    files and split CSV files present (no ``split_dict.pt``, one split directory), one graph whose
+    declared counts equal the arrays' rows (OGB slices to them; the stream reads every row)."""
+    from cherry.data import npz_stream
+
+    _, split, binary, _ = _REAL_LAYOUT[name]
+    directory = Path(directory)
+    raw, split_root = directory / "raw", directory / "split"
+    if not binary or not ((raw / "data.npz").is_file() and (raw / "node-label.npz").is_file()):
+        return False
+    if sorted(p.name for p in split_root.iterdir() if p.is_dir()) != [split] or \
+            (split_root / split / "split_dict.pt").exists() or \
+            not all((split_root / split / f"{s}.csv.gz").is_file() for s in SPLITS):
+        return False
+    try:
+        with np.load(raw / "data.npz") as npz:
+            nodes, edges = (np.asarray(npz[k]).reshape(-1) for k in ("num_nodes_list", "num_edges_list"))
+        with np.load(raw / "node-label.npz") as npz:
+            if npz.files != ["node_label"]:
+                return False
+        edge_shape = npz_stream.header(raw / "data.npz", "edge_index")[0]
+        feat_shape = npz_stream.header(raw / "data.npz", "node_feat")[0]
+    except (KeyError, ValueError, OSError):  # OGB's loader reads it, or names what is wrong
+        return False
+    return (nodes.size == 1 and edges.size == 1 and tuple(edge_shape) == (2, int(edges[0]))
+            and len(feat_shape) == 2 and feat_shape[0] == int(nodes[0]))
 
 
 def check_ogb_files(name: str, directory: Path) -> None:

@@ -55,7 +55,7 @@ def test_csc_refuses_a_short_edge_list_and_bad_ids(tmp_path):
     with pytest.raises(ValueError, match="2 edges read, the dataset declares 3"):
         bounded.write_csc([edges], 3, tmp_path, tmp_path, inverse_interleaved=True, declared_edges=3,
                           where="edge.csv.gz")
-    with pytest.raises(ValueError, match=r"row 1 names node \[1, 7\]; expected ids in \[0, 3\)"):
+    with pytest.raises(ValueError, match=r"name node 7; expected node ids in \[0, 3\) \(row 1: \[1, 7\]\)"):
         bounded.write_csc([np.array([[0, 1], [1, 7]])], 3, tmp_path, tmp_path, inverse_interleaved=True)
 
 

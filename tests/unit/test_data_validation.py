@@ -38,7 +38,7 @@ CASES = {  # id: (damage, what the message must say)
     "edge-fractional-id": (_gz("raw/edge.csv.gz", "0,1\n1.5,0\n2,3\n4,5\n5,0\n"),
                            r"raw/edge\.csv\.gz holds 1\.5 at row 1, column 0; expected integer node ids"),
     "edge-three-columns": (_gz("raw/edge.csv.gz", "0,1,1\n1,0,1\n2,3,1\n4,5,1\n5,0,1\n"),
-                           r"edge\.csv\.gz\) must be pairs 'src,dst' \(\[2, E\]\), got shape \(3, 5\)"),
+                           r"edge\.csv\.gz\) must be pairs 'src,dst' \(\[2, E\]\), got rows of 3 columns"),
     "edge-node-out-of-range": (_gz("raw/edge.csv.gz", "0,1\n1,0\n2,3\n4,5\n5,9\n"),
                                r"edge\.csv\.gz\) name node 9; expected node ids in \[0, 6\)"),
     "edge-negative-node": (_gz("raw/edge.csv.gz", "0,1\n1,0\n2,3\n4,5\n-2,0\n"), r"edge\.csv\.gz\) name node -2"),
