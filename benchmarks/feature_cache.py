@@ -74,6 +74,7 @@ def train_once(dataset, spec, cache_rows: int | None = None) -> dict:
     from cherry.execution.feature_cache import FeatureCache
     from cherry.memory import DeviceMemory
     from cherry.planning.residency import ALL, CACHE, NONE, ResidencyPlan, hot_order
+    from cherry.planning import BudgetTooSmallError
     from cherry.sampling import spec_seed_batches
     from cherry.spec import resolve_budget_bytes
 
@@ -98,8 +99,10 @@ def train_once(dataset, spec, cache_rows: int | None = None) -> dict:
                     t0 = time.perf_counter()
                     steps.append(trainer.step(batch.prepared))
                     times.append(time.perf_counter() - t0)
-        except torch.OutOfMemoryError as exc:
-            row.update(status="oom", reason=str(exc).splitlines()[0][:120])
+        except (torch.OutOfMemoryError, BudgetTooSmallError) as exc:
+            # a refusal (the cache leaves too little for any micro-batch) is a result too, as an out-of-memory is
+            status = "oom" if isinstance(exc, torch.OutOfMemoryError) else "refused"
+            row.update(status=status, reason=str(exc).splitlines()[0][:120])
         finally:
             if trainer is not None:
                 trainer.close()
@@ -179,7 +182,7 @@ def plot(rows: list[dict], png: str, title: str, chosen_share: float | None = No
         if r["status"] != "ok" and r["cache_share"] is not None:
             for ax in axes:
                 ax.axvline(r["cache_share"], color="#7f8c8d", linestyle=":")
-                ax.annotate("out of memory", (r["cache_share"], 0.5), xycoords=("data", "axes fraction"),
+                ax.annotate("does not fit" if r["status"] == "refused" else "out of memory", (r["cache_share"], 0.5), xycoords=("data", "axes fraction"),
                             rotation=90, ha="right", fontsize=8, color="#7f8c8d")
     if chosen_share is not None:
         for ax in axes:

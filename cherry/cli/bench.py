@@ -125,7 +125,7 @@ def _register_budget(sub: argparse._SubParsersAction) -> None:
                    help="batches timed with and without recomputation, alternating (0: skip)")
     p.add_argument("--max-configs", type=int, default=None, help="only the first N configurations (0: none)")
     p.add_argument("--all-configs", action="store_true",
-                   help="every configuration of the matrix (default: a deterministic sample of 7 of 13)")
+                   help="every configuration of the matrix (default: a deterministic sample of 6 of 13)")
     p.add_argument("--quick", action="store_true", help="2 configurations, 4 steps each (for tests)")
     p.add_argument("--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("budget"))

@@ -231,6 +231,11 @@ class MemoryModel:
             floats = kept + torch.stack(_internal(per_layer, kept_rows)).amax(0)
         return torch.ceil(self.fixed_bytes + self.floor_bytes + self.scale_for() * (floats * FLOAT_BYTES)).to(torch.int64)
 
+    @property
+    def is_calibrated(self) -> bool:
+        """Whether a measured peak of this run has entered the model (plain or recomputed)."""
+        return bool(self._samples or self._rc_samples)
+
     def has_fitted(self, shape: BatchShape) -> bool:
         """Whether a micro-batch at least as large as ``shape`` (by analytic activation) fitted."""
         return 0 < self.activation_bytes(shape, False) <= self.largest_fitted_activation_bytes

@@ -294,14 +294,19 @@ def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional
     return k, at(k)
 
 
-TRY_FACTOR = 2.0  # without evidence either way, a single seed estimated up to this times the budget is tried
+TRY_FACTOR = 2.0  # before any measurement, a single seed estimated up to this times the budget is tried
 
 
 def _worth_trying(model: MemoryModel, shape: BatchShape, estimate: int, budget_bytes: int) -> bool:
     """Whether a single-seed micro-batch estimated above the budget is still run: calibration alone
     never refuses. It is unless an out-of-memory of a single seed at most as large proved it cannot
-    fit (`MemoryModel.has_failed`), or the estimate is more than `TRY_FACTOR` times the budget."""
-    return estimate <= TRY_FACTOR * budget_bytes and not model.has_failed(shape)
+    fit (`MemoryModel.has_failed`), or, before the run has measured anything (the analytic model
+    alone: a budget far too small is refused before any work), the estimate is more than
+    `TRY_FACTOR` times the budget. Once calibrated, only that evidence refuses: at tiny budgets a
+    calibrated floor can put a seed above twice the budget while the seed still fits."""
+    if model.has_failed(shape):
+        return False
+    return estimate <= TRY_FACTOR * budget_bytes or model.is_calibrated
 
 
 def _choose_k(build, memory_model: MemoryModel, budget_bytes: int, safety: float, n: int, recompute: str,

@@ -97,6 +97,22 @@ def test_refusal_names_estimate_budget_margin_and_the_smallest_budgets_that_fit(
     assert tried.num_microbatches == blocks.num_seeds
 
 
+def test_once_calibrated_only_evidence_refuses_a_single_seed(data):
+    """A calibrated model whose floor puts one seed above TRY_FACTOR times the budget (what a tiny
+    capacity's first step does) still tries it: the analytic cap refuses only before any measurement."""
+    ds, blocks = data
+    fresh = MemoryModel.for_model(_spec(ds, layers=2), fixed_bytes=1000)
+    budget = _single_seed_worst(blocks, fresh) // 3
+    with pytest.raises(BudgetTooSmallError):  # uncalibrated: a budget far too small is refused up front
+        plan_microbatches(blocks, fresh, budget_bytes=budget, safety=0.1, recompute="off")
+    calibrated = MemoryModel.for_model(_spec(ds, layers=2), fixed_bytes=1000)
+    tiny = BatchShape.of(slice_blocks(blocks, torch.tensor([0])))
+    calibrated.observe(tiny, 1000 + 3 * budget)  # a large floor, measured on a micro-batch of one seed
+    assert calibrated.is_calibrated and _single_seed_worst(blocks, calibrated) > 2 * budget
+    plan = plan_microbatches(blocks, calibrated, budget_bytes=budget, safety=0.1, recompute="off")
+    assert plan.max_estimated_bytes > 2 * budget  # tried, not refused
+
+
 def test_an_estimate_inside_the_margin_is_tried_not_refused(data):
     """The issue's for_k case: the single-seed estimate is below the budget but above budget * 0.9."""
     ds, blocks = data
