@@ -157,7 +157,7 @@ def test_a_run_records_its_traffic_and_all_rows_move_nothing(dataset):
 
 def test_auto_prices_every_size_within_the_budget(dataset):
     spec = make_spec(dataset="synth-tiny", batch_size=96, fanouts=[4, 4], hidden=16, evaluate=False, epochs=1,
-                     device_memory_bytes="3MiB", options={"ordering": "bfs", "pipeline": False})
+                     device_memory_bytes="3MiB", options={"ordering": "bfs", "pipeline": False, "feature_cache": "auto"})
     from cherry.memory import DeviceMemory
 
     with DeviceMemory("cpu", spec.device_memory_bytes) as memory:
