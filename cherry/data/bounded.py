@@ -169,6 +169,19 @@ def _npy_from_raw(raw: Path, path: Path, length: int) -> None:
     raw.unlink()
 
 
+def feature_block(block: np.ndarray, first_row: int, where: str) -> np.ndarray:
+    """A parsed block of feature rows (rows ``first_row``... of ``where``) as float32, checked to be
+    numbers and finite; the one-line error names the node and column."""
+    _check_numeric(block, first_row, where)
+    values = block.astype(np.float32)
+    finite = np.isfinite(values)
+    if not finite.all():
+        r, c = (int(v) for v in np.argwhere(~finite)[0])
+        raise ValueError(f"features ({where}) must be finite; node {first_row + r}, column {c} is "
+                         f"{values[r, c]}")
+    return values
+
+
 def _check_numeric(block: np.ndarray, first_row: int, where: str) -> None:
     """A block pandas parsed as text (object dtype) names its first non-number, as
     `cherry.data.ogb_files.file_problem` does for a whole file."""
@@ -196,14 +209,7 @@ def write_features(path: Path, blocks: Iterable[np.ndarray], num_nodes: int, whe
             if writer is None:
                 writer = NpyWriter(path, (num_nodes, block.shape[1]), np.float32)
             block = block[: max(num_nodes - rows, 0)]  # as OGB: the declared node count slices
-            _check_numeric(block, rows, where)
-            values = block.astype(np.float32)
-            finite = np.isfinite(values)
-            if not finite.all():
-                r, c = (int(v) for v in np.argwhere(~finite)[0])
-                raise ValueError(f"features ({where}) must be finite; node {rows + r}, column {c} is "
-                                 f"{values[r, c]}")
-            writer.write(values)
+            writer.write(feature_block(block, rows, where))
             rows += block.shape[0]
         if writer is None or rows != num_nodes:
             raise ValueError(f"features ({where}) have {rows} rows for {num_nodes} nodes; expected one row per node")

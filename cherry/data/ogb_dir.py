@@ -161,19 +161,13 @@ def _write_features(path: Path, blocks, where: str, n: int | None, workdir: Path
     """Stream the feature rows of ``blocks`` into ``path`` (float32 ``.npy``, as `read_directory` casts
     them); return ``(rows, F)``. The rows go to a raw file first and are copied behind the header once
     counted, since without a node count the row count is the node count and the header comes first."""
-    from cherry.data.bounded import NpyWriter, _check_numeric
+    from cherry.data.bounded import NpyWriter, feature_block
 
     raw, rows, dim = Path(workdir) / "features.raw", 0, None
     with open(raw, "wb") as out:
         for block in blocks:
-            _check_numeric(block, rows, where)
-            values = block.astype(np.float32)
+            values = feature_block(block, rows, where)
             dim = values.shape[1] if dim is None else dim
-            finite = np.isfinite(values)
-            if not finite.all():
-                r, c = (int(v) for v in np.argwhere(~finite)[0])
-                raise ValueError(f"features ({where}) must be finite; node {rows + r}, column {c} is "
-                                 f"{values[r, c]}")
             values.tofile(out)
             rows += values.shape[0]
     if n is not None and rows != n:
