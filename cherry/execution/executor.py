@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from cherry.execution.feature_cache import FeatureCache, moved_rows
-from cherry.execution.transfer import PinnedRows, blocks_to_device
+from cherry.execution.transfer import PinnedRows, blocks_to_device, index_tensors
 from cherry.memory import SingleSeedOutOfMemoryError
 from cherry.models.dropout import set_dropout_step, step_seed
 from cherry.models.sage import reads_degree_layouts
@@ -506,9 +506,16 @@ class MicrobatchExecutor:
 
     def _to_device(self, parts: list[Blocks]) -> list[Blocks]:
         """All micro-batches' index buffers to the device in one pinned copy (on the side stream,
-        ahead of the preparations that read them); on the CPU the blocks themselves."""
+        ahead of the preparations that read them); on the CPU the blocks themselves, counted on an
+        emulated device as a GPU holds them: all of them, from now until the step ends (sliced on the
+        loader's thread, they escape the tracker; counted one micro-batch at a time, and without their
+        input positions, the first micro-batches measured below what the plan priced)."""
         if self._side_stream is None:
-            return [p.to(self.device) for p in parts]
+            moved = [p.to(self.device) for p in parts]
+            register = getattr(self.memory, "register_external", None)
+            if register is not None and self.device.type == "cpu":
+                register(index_tensors(moved))
+            return moved
         self._side_after_main()
         with torch.cuda.stream(self._side_stream):
             return blocks_to_device(parts, self.device)
@@ -531,8 +538,7 @@ class MicrobatchExecutor:
         escape a thread-local tracker. Registering is idempotent per storage."""
         register = getattr(self.memory, "register_external", None)
         if register is not None and self.device.type == "cpu":
-            b = prepared.blocks
-            register([prepared.x, prepared.y] + [t for blk in b.layers for t in (blk.src_nodes, blk.indptr, blk.indices)])
+            register([prepared.x, prepared.y] + index_tensors([prepared.blocks]))
 
     def _free(self) -> None:
         gc.collect()

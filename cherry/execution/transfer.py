@@ -32,6 +32,19 @@ def _block_tensors(blk: Block) -> list[torch.Tensor]:
     return out
 
 
+def index_tensors(parts: Sequence[Blocks]) -> list[torch.Tensor]:
+    """Every index tensor of every micro-batch of ``parts`` (per layer sources, CSC and the layouts they
+    carry; the input positions), in the order `blocks_to_device` packs them: what a step keeps on the
+    device for all its micro-batches (`cherry.planning.plan.resident_index_bytes` prices it)."""
+    tensors: list[torch.Tensor] = []
+    for p in parts:
+        for blk in p.layers:
+            tensors += _block_tensors(blk)
+        if p.input_positions is not None:
+            tensors.append(p.input_positions)
+    return tensors
+
+
 def blocks_to_device(parts: Sequence[Blocks], device: torch.device | str) -> list[Blocks]:
     """``[p.to(device) for p in parts]`` in one pinned host-to-device copy (see module docstring)."""
     if not isinstance(parts, (list, tuple)) or not all(isinstance(p, Blocks) for p in parts):
@@ -39,12 +52,7 @@ def blocks_to_device(parts: Sequence[Blocks], device: torch.device | str) -> lis
     device = torch.device(device)
     if device.type == "cpu" or not parts:
         return [p.to(device) for p in parts]
-    tensors: list[torch.Tensor] = []
-    for p in parts:
-        for blk in p.layers:
-            tensors += _block_tensors(blk)
-        if p.input_positions is not None:
-            tensors.append(p.input_positions)
+    tensors = index_tensors(parts)
     if any(t.device.type != "cpu" for t in tensors):  # already on a device: nothing to pack
         return [p.to(device, non_blocking=True) for p in parts]
     sizes = [t.numel() for t in tensors]
