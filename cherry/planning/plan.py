@@ -219,7 +219,7 @@ def plan_microbatches(
 
 def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional[int],
               steady_limit: Optional[float] = None):
-    """``(k, built)`` of the smallest K found from ``start_k`` whose largest estimate is at most
+    """``(k, built, capped)`` of the smallest K found from ``start_k`` whose largest estimate is at most
     ``limit``, or the priced plan of least largest estimate when none is (the caller decides).
 
     Down: from a start that fits, the smallest K that fits in ``[ceil(start / 2), start]`` (a bisection
@@ -228,10 +228,11 @@ def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional
     and K = 1 holds no prefetched rows): K
     stays tight (the chosen K over the smallest fitting one) and falls at most by half per step.
     Up: K grows in proportion to the overshoot, then the smallest fitting K above the last one that did
-    not fit is bisected for. With ``steady_limit`` (the budget plus its margin, `_choose_k`) and a
-    start, K stops at twice the start when that plan's estimate is within ``steady_limit``: a
-    calibration's jump is absorbed rather than K more than doubling; beyond it, the plan would be
-    expected to run out of memory, and K grows as far as needed."""
+    not fit is bisected for. With ``steady_limit`` (the budget itself, `_choose_k`) and a start, K
+    stops at twice the start when that plan's estimate is within ``steady_limit``: the safety margin
+    absorbs a calibration's jump, or a batch a little larger than the last, rather than K more than
+    doubling; beyond it, the plan would be expected to overrun the budget, and K grows as far as
+    needed. ``capped`` (the third item returned) says that K stopped there above ``limit``."""
     fixed = model.fixed_bytes + model.floor_bytes
     k = min(max(start_k or 1, 1), n)
     cache = {}
@@ -260,27 +261,28 @@ def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional
     worst = max(at(k)[2])
     if worst <= limit:
         if k == 1:
-            return k, at(k)
+            return k, at(k), False
         half = max(1, math.ceil(k / 2))
         predicted = math.ceil(k * max(worst - fixed, 0.0) / max(limit - fixed, 1.0))
         if predicted >= k:  # no room by the ratio; but a hub's group need not shrink with K, and K = 1
             # prefetches nothing: one probe, at three quarters of K (at K - 1 for K <= 4)
             predicted = max(half, min(k - 1, math.ceil(0.75 * k)))
             if predicted >= k or not fits(predicted):
-                return k, at(k)
+                return k, at(k), False
             k = predicted
         k = lowest_fitting(half, k, max(predicted, half))
-        return k, at(k)
+        return k, at(k), False
     failed = k
     while worst > limit and k < n:
         growth = (worst - fixed) / max(limit - fixed, 1.0)
         nxt = min(n, max(k + 1, math.ceil(k * growth)))
-        if steady_limit is not None and start_k is not None and k < 2 * start_k < nxt:
+        if steady_limit is not None and start_k is not None and k <= 2 * start_k < nxt:
             doubled = min(n, 2 * start_k)
             if max(at(doubled)[2]) <= steady_limit:
                 if fits(doubled):
-                    return lowest_fitting(failed + 1, doubled), at(lowest_fitting(failed + 1, doubled))
-                return doubled, at(doubled)
+                    k = lowest_fitting(failed + 1, doubled)
+                    return k, at(k), False
+                return doubled, at(doubled), True
         k = nxt
         worst = max(at(k)[2])
         if worst > limit:
@@ -289,9 +291,9 @@ def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional
         # nothing fits: the plan of least estimated peak among those priced (a hub's micro-batch need not
         # shrink with K, and K = 1 prefetches nothing, so that need not be the largest K); ties: larger K
         k = min(cache, key=lambda j: (max(cache[j][2]), -j))
-        return k, at(k)
+        return k, at(k), False
     k = lowest_fitting(failed + 1, k)
-    return k, at(k)
+    return k, at(k), False
 
 
 TRY_FACTOR = 2.0  # before any measurement, a single seed estimated up to this times the budget is tried
@@ -321,14 +323,15 @@ def _choose_k(build, memory_model: MemoryModel, budget_bytes: int, safety: float
             f"smallest budget that could fit is above {math.ceil(fixed / (1 - safety))} B"
         )
     # K more than doubles from the last step's only when the doubled plan is estimated above the budget
-    # by more than the margin: a calibration that moved the estimate that far in one step errs either way
-    steady = budget_bytes * (1 + safety)
+    # itself: within it, the safety margin absorbs the step (a calibration that moved the estimate, or a
+    # batch a little larger than the last), and the plan runs without recomputation
+    steady = budget_bytes
     plain = memory_model.with_recompute(False)
     plain_built, plain_escape = None, False
     if recompute != "on":
-        k, built = _search_k(build, plain, limit, n, start_k, steady)
+        k, built, capped = _search_k(build, plain, limit, n, start_k, steady)
         worst = max(built[2])
-        if worst <= limit:
+        if worst <= limit or capped:
             return built, False
         # one seed per micro-batch above the limit: run it anyway if only the margin or calibration says
         # no (with recompute="auto" only when recomputation does not fit the limit either)
@@ -342,7 +345,9 @@ def _choose_k(build, memory_model: MemoryModel, budget_bytes: int, safety: float
         plain_worst = max(build(n, plain)[2])
     with_recompute = memory_model.with_recompute(True)
     if recompute != "off":
-        k, built = _search_k(build, with_recompute, limit, n, start_k if recompute == "on" else 1, steady)
+        # (with "auto" the search starts afresh at K = 1: no step before it ran with recomputation's K)
+        k, built, _ = _search_k(build, with_recompute, limit, n, start_k if recompute == "on" else 1,
+                                steady if recompute == "on" else None)
         worst = max(built[2])
         if worst <= limit:
             return built, True
