@@ -33,7 +33,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 import statistics
 import time
 
@@ -41,6 +43,13 @@ import torch
 
 MODELS = (("sage", "mean"), ("sage", "pool"), ("sage", "lstm"), ("gcn", None), ("gat", None))
 DEFAULT_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-tiny"
+# the generated datasets at their real size (`--datasets`), each with one model of the matrix that
+# stresses its degree law: synth-arxiv's citation-like graph, 3 sampled layers of GCN; synth-products'
+# hubs, GAT with an all-neighbour top layer; a dataset of the user's (a name or an OGB directory) gets
+# `DATASET_DEFAULT_MODEL`
+DEFAULT_DATASETS = "synth-arxiv,synth-products"
+DATASET_MODELS = {"synth-arxiv": ("gcn", None, 3, (4, 6, 8)), "synth-products": ("gat", None, 2, (5, -1))}
+DATASET_DEFAULT_MODEL = ("sage", "mean", 2, (5, 10))
 CAPACITY_POINTS = ("below-seed", "seed", "mid", "whole")
 DEEP_GRAPH = "geometric"
 RECOMPUTE_SAVING = 0.9  # "below-seed" runs only where recomputation's smallest measured peak is below this share of K alone's
@@ -142,8 +151,10 @@ def _peak_of(trainer, memory, blocks, pool=None, optimizer_step: bool = False) -
         blocks = pool.submit(lambda: trainer.executor.plan_batch(copy.deepcopy(blocks), trainer.data.features)).result()
     memory.reset_peak()
     run = trainer.executor.step if optimizer_step else trainer.executor.accumulate
-    run(blocks, trainer.data.features, trainer.data.labels)
-    return int(memory.peak_bytes())
+    stats = run(blocks, trainer.data.features, trainer.data.labels)
+    # the executor starts a peak window per micro-batch: what is read here is the last one's (and the
+    # optimizer step's); the step's own measured peak is the largest window
+    return max(int(memory.peak_bytes()), stats.measured_peak_bytes or 0)
 
 
 def reference_capacities(dataset, config, args) -> dict[str, int]:
@@ -275,13 +286,16 @@ def run_capacity(dataset, config, args, capacity_bytes: int) -> dict:
     searches = []  # (blocks, K, recompute) of every --search-every-th step
     jumps = []  # (blocks, K, recompute, last K) of every step whose K more than doubled the last step's
     gen = torch.Generator().manual_seed(args.seed + 2)
+    # drawn before the device is entered: drawn inside, the run's seed lists (512 B each at batch 64)
+    # stayed counted as allocated for the whole run, 50 KiB of a 144 KiB capacity
+    seed_batches = _batches(dataset, args, args.steps)
     with DeviceMemory("cpu", capacity_bytes) as memory:
         trainer = _trainer(dataset, config, args, capacity_bytes, memory)
         budget = trainer.budget_bytes
         # batches are sampled and planned on another thread, as `cherry train`'s loader does (host
         # construction: the tracker of the training thread does not see them)
         with ThreadPoolExecutor(max_workers=1) as pool:
-            for step, seeds in enumerate(_batches(dataset, args, args.steps)):
+            for step, seeds in enumerate(seed_batches):
                 stats = None
                 try:
                     planned = pool.submit(trainer.prepare, seeds, gen).result()
@@ -428,54 +442,99 @@ def recompute_cost(dataset, config, args, num_microbatches: int = 4) -> dict:
             "step_s_on_median": statistics.median(times["on"]), "step_s_off_median": statistics.median(times["off"])}
 
 
+def dataset_configurations(names: list[str]) -> list[Config]:
+    """One configuration per dataset of ``--datasets`` (`DATASET_MODELS`, else `DATASET_DEFAULT_MODEL`)."""
+    return [Config(name, *DATASET_MODELS.get(name, DATASET_DEFAULT_MODEL)) for name in names]
+
+
+def run_config(config: Config, args, points: list[str]) -> tuple[list[str], list[dict]]:
+    """Every capacity point of one configuration: ``(printed lines, rows)``. Runs in a worker process
+    when ``--jobs`` > 1 (configurations are independent: each builds its own dataset, trainers and
+    emulated devices)."""
+    torch.set_num_threads(args.threads)
+    dataset = _dataset(config.graph, args.num_nodes, args.root, args.seed)
+    caps = reference_capacities(dataset, config, args)
+    lines, rows, done = [], [], {}
+    for point in points:
+        if caps[point] is None:
+            lines.append(f"{config.label:<36} {'-':>9}  below one seed: recomputation saves too little here")
+            continue
+        if caps[point] in done:  # e.g. K = 1 fits where one seed per micro-batch does (index buffers)
+            lines.append(f"{config.label:<36} {'-':>9}  {point}: the same capacity as {done[caps[point]]}")
+            continue
+        done[caps[point]] = point
+        row = run_capacity(dataset, config, args, caps[point])
+        row["capacity_point"] = point
+        rows.append(row)
+        lines.append(format_row(row))
+    return lines, rows
+
+
+def _worker_args(args):
+    """``args`` without what a worker process cannot receive (the CLI's function)."""
+    import argparse
+
+    return argparse.Namespace(**{k: v for k, v in vars(args).items() if not k.startswith("_") and k != "func"})
+
+
 def run(args) -> int:
     from cherry.io import write_json_atomic
 
     graphs = [g for g in args.graphs.split(",") if g]
+    datasets = [d for d in (getattr(args, "datasets", "") or "").split(",") if d]
     if not graphs:
         raise ValueError("--graphs must name at least one degree law or dataset")
+    jobs = getattr(args, "jobs", 1) or 1
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
     if args.quick:
         args.steps, args.search_every = min(args.steps, 4), min(args.search_every or 2, 2)
         args.recompute_steps = min(args.recompute_steps, 3)
+        datasets = []
     torch.set_num_threads(args.threads)
     points = [p for p in args.capacities.split(",") if p]
     bad = [p for p in points if p not in CAPACITY_POINTS]
     if bad or not points:
         raise ValueError(f"--capacities must be comma-separated names of {CAPACITY_POINTS}, got {args.capacities!r}")
     started = time.perf_counter()
-    print(f"cherry bench budget: {args.steps} steps per capacity, batch {args.batch_size}, hidden {args.hidden}, "
-          f"K/Kmin every {args.search_every} steps; emulated device (CPU)", flush=True)
-    print(HEADER, flush=True)
-    rows, cache = [], {}
     configs = configurations(graphs, args.quick)
     if not args.quick and not getattr(args, "all_configs", False):
         configs = [configs[i] for i in DEFAULT_SAMPLE if i < len(configs)]
+    configs += dataset_configurations(datasets)
     if getattr(args, "max_configs", None) is not None:
         configs = configs[: args.max_configs]
-    for config in configs:
-        if config.graph not in cache:
-            cache[config.graph] = _dataset(config.graph, args.num_nodes, args.root, args.seed)
-        dataset = cache[config.graph]
-        caps = reference_capacities(dataset, config, args)
-        done = {}
-        for point in points:
-            if caps[point] is None:
-                print(f"{config.label:<36} {'-':>9}  below one seed: recomputation saves too little here", flush=True)
-                continue
-            if caps[point] in done:  # e.g. K = 1 fits where one seed per micro-batch does (index buffers)
-                print(f"{config.label:<36} {'-':>9}  {point}: the same capacity as {done[caps[point]]}", flush=True)
-                continue
-            done[caps[point]] = point
-            row = run_capacity(dataset, config, args, caps[point])
-            row["capacity_point"] = point
-            rows.append(row)
-            print(format_row(row), flush=True)
+    from cherry.data import prepare_dataset
+    from cherry.data.degree_laws import DEGREE_LAWS
+
+    for name in dict.fromkeys(c.graph for c in configs):  # prepared once, here, before any worker loads it
+        if name not in DEGREE_LAWS:
+            prepare_dataset(name, root=args.root)
+    print(f"cherry bench budget: {len(configs)} configurations, {args.steps} steps per capacity, batch "
+          f"{args.batch_size}, hidden {args.hidden}, K/Kmin every {args.search_every} steps, {jobs} "
+          f"process{'es' if jobs > 1 else ''}; emulated device (CPU)", flush=True)
+    print(HEADER, flush=True)
+    rows = []
+    if jobs == 1 or len(configs) <= 1:
+        results = (run_config(c, args, points) for c in configs)
+        pool = None
+    else:
+        # spawned, not forked: a fork of a process whose OpenMP pool has run can hang in the child
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(configs)), mp_context=multiprocessing.get_context("spawn"))
+        results = pool.map(run_config, configs, [_worker_args(args)] * len(configs), [points] * len(configs))
+    try:
+        for lines, config_rows in results:  # in the configurations' order, each printed when its turn comes
+            for line in lines:
+                print(line, flush=True)
+            rows += config_rows
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     if args.recompute_steps:
         # where recomputation is chosen: the memory wall's K-alone case in small, at K = 1 (on the
         # geometric graph's deep GAT one seed's hops stay small and recomputation saves ~1%)
         config = Config("synth-tiny", "gat", None, 4, (-1,) * 4)
-        cost = recompute_cost(cache.get(config.graph) or _dataset(config.graph, args.num_nodes, args.root, args.seed),
-                              config, args, num_microbatches=1)
+        cost = recompute_cost(_dataset(config.graph, args.num_nodes, args.root, args.seed), config, args,
+                              num_microbatches=1)
         print(f"\nrecomputation on {cost['config']}, K={cost['num_microbatches']}, {cost['steps']} batches each way, "
               f"alternating: step time x{_fmt(cost['time_ratio'], '.2f')} [{_fmt(cost['time_ratio_low'], '.2f')}, "
               f"{_fmt(cost['time_ratio_high'], '.2f')}] (95% interval), peak x{cost['peak_ratio']:.2f} "
@@ -486,6 +545,6 @@ def run(args) -> int:
     total["wall_s"] = time.perf_counter() - started
     print("\nsummary: " + ", ".join(f"{k}={_fmt(v, '.3f') if isinstance(v, float) else v}" for k, v in total.items()))
     if args.json:
-        write_json_atomic(args.json, {"args": {k: v for k, v in vars(args).items() if not k.startswith("_") and k != "func"},
-                                      "rows": rows, "summary": total, "recompute_cost": cost})
+        write_json_atomic(args.json, {"args": vars(_worker_args(args)), "rows": rows, "summary": total,
+                                      "recompute_cost": cost})
     return 0

@@ -9,6 +9,7 @@ differs (its `_OWN_DEFAULTS`).
 from __future__ import annotations
 
 import argparse
+import os
 import importlib
 
 from cherry.cli.options import add_spec_arguments, positive_int, size_bytes
@@ -115,12 +116,17 @@ def _register_budget(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("budget", help="memory-control stress test: aborted steps, overruns, K vs smallest K, errors")
     p.add_argument("--graphs", default="geometric,barabasi-albert,chung-lu,synth-tiny",
                    help="comma-separated degree laws and dataset names (rotated over the models)")
+    p.add_argument("--datasets", default="synth-arxiv,synth-products",
+                   help="comma-separated datasets (names or OGB directories) run at their own size, one "
+                        "configuration each ('' for none)")
     p.add_argument("--num-nodes", type=positive_int, default=3000, help="nodes of each generated degree law")
     p.add_argument("--capacities", default="below-seed,seed,mid,whole",
                    help="capacity points per configuration (below-seed, seed, mid, whole)")
     add_spec_arguments(p, ("batch_size", "hidden", "steps", "root", "seed"), _OWN_DEFAULTS["budget"])
     p.add_argument("--search-every", type=int, default=20, help="K/Kmin on every N-th step (0: never)")
-    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads per process")
+    p.add_argument("--jobs", type=positive_int, default=min(2, os.cpu_count() or 1),
+                   help="configurations run side by side, one process each (default: 2, or 1 on one core)")
     p.add_argument("--recompute-steps", type=int, default=40,
                    help="batches timed with and without recomputation, alternating (0: skip)")
     p.add_argument("--max-configs", type=int, default=None, help="only the first N configurations (0: none)")
