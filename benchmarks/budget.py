@@ -4,7 +4,8 @@ A stress test of the memory control of issue 22, on the CPU's emulated device (`
 capacity raises the out-of-memory a GPU would). Configurations rotate over the degree laws of `cherry
 bench planner` and the generated datasets, the models (SAGE mean/pool/lstm, GCN, GAT), 2 and 3 layers,
 and sampled and all-neighbour fanouts, plus two deep all-neighbour models (4 layers, GAT and SAGE, on
-the geometric graph: the memory wall where K alone stops); each runs at capacities from below "one seed barely fits"
+the geometric graph: the memory wall where K alone stops), and one configuration per dataset of
+``--datasets`` at its own size (synth-arxiv and synth-products by default); each runs at capacities from below "one seed barely fits"
 (recomputation's range, where it saves more than 10% of what K alone needs) up to "K = 1 fits",
 measured over the batches the run trains (see `reference_capacities`). Each capacity trains ``--steps``
 steps of fresh batches with the `Trainer` of ``cherry train`` (automatic K, budget = capacity less the
@@ -26,7 +27,9 @@ run spec's reserve). Per configuration it reports:
 - ``dK/100``: K changes per 100 steps;
 - ``err50``, ``err95``: the estimator's per-micro-batch |estimated - measured| / measured, median and
   95th percentile.
-Figures are deterministic (seeded batches, an emulated device): no repeats are needed.
+Figures are deterministic (seeded batches, an emulated device): no repeats are needed. A step's peak
+is the largest of its micro-batches' peaks (the executor opens a peak window per micro-batch).
+Configurations run side by side in ``--jobs`` spawned processes; each prints when its turn comes.
 """
 from __future__ import annotations
 

@@ -366,3 +366,25 @@ def test_bench_budget_peak_of_a_step_is_its_largest_microbatch_window():
         trainer.close()
     assert measured == whole
     assert last_window < whole  # the test exercises the per-micro-batch windows
+
+
+def test_bench_budget_cli_runs_configurations_in_worker_processes(tmp_path, capsys):
+    """`cherry bench budget --quick --jobs 2`: the configurations run in spawned worker processes and
+    come back in their order, every row trains (no abort, no refusal), and the JSON holds the rows,
+    the summary and the arguments; a bad --jobs is a one-line error before any work."""
+    import json
+
+    from cherry.cli import main
+
+    out = tmp_path / "budget.json"
+    assert main(["bench", "budget", "--quick", "--jobs", "2", "--recompute-steps", "0", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    labels = [r["config"] for r in result["rows"]]
+    assert labels and labels == sorted(labels, key=labels.index)  # grouped by configuration, in order
+    assert labels[0].startswith(result["rows"][0]["graph"]) and len(set(labels)) == 2
+    assert result["summary"]["aborted_steps"] == 0 and result["summary"]["refused_steps"] == 0
+    assert result["args"]["jobs"] == 2 and "2 processes" in printed
+    with pytest.raises(SystemExit):
+        main(["bench", "budget", "--quick", "--jobs", "0"])
+    assert "--jobs" in capsys.readouterr().err
