@@ -250,12 +250,13 @@ class MicrobatchExecutor:
 
     def plan(self, blocks: Blocks, positions: Optional[torch.Tensor] = None,
              num_microbatches: Optional[int] = None, memory_model: Optional[MemoryModel] = None,
-             recompute: Optional[str] = None) -> MicrobatchPlan:
+             recompute: Optional[str] = None, refine: bool = True) -> MicrobatchPlan:
         """The plan of ``blocks`` (of the seeds at ``positions``). A fixed K larger than the seeds to
         plan (an epoch's smaller last batch) is cut to one seed per micro-batch. An out-of-memory while
         planning (the slicing itself does not fit) is a `BudgetTooSmallError`: no K can help. For a
         model that reads degree layouts (an LSTM aggregator) every micro-batch carries its layout.
-        ``recompute`` overrides ``options.recompute`` (a recovery's escalation)."""
+        ``recompute`` overrides ``options.recompute`` (a recovery's escalation); ``refine=False``
+        plans the contiguous split only (`plan_microbatches`)."""
         if num_microbatches is not None:
             num_microbatches = min(num_microbatches, blocks.num_seeds if positions is None else positions.numel())
         try:
@@ -264,7 +265,7 @@ class MicrobatchExecutor:
                 num_microbatches=num_microbatches, seed_rank=self.seed_rank,
                 balance=self.options.balance, safety=self.options.safety, positions=positions,
                 recompute=(recompute or self.options.recompute) if self._can_recompute else "off",
-                start_k=self._last_k if positions is None else None,
+                start_k=self._last_k if positions is None else None, refine=refine,
             )
         except torch.OutOfMemoryError as exc:
             first = (str(exc).strip().splitlines() or ["out of memory"])[0]

@@ -6,11 +6,12 @@
 - option ``feature_cache`` "none" or "all": as asked (a forced "all" that does not fit is the run's
   out-of-memory, as on a real device);
 - no budget (a CPU without ``--device-memory``): "none", there is nothing to fit a cache in;
-- "auto": every candidate cache size is priced on the run's own first mini-batch (sampled with a copy
+- "auto": the candidate cache sizes are priced on the run's own first mini-batch (sampled with a copy
   of the run's sampling generator, so the run's batches are unchanged): K and the largest micro-batch
-  estimate from the executor's planner with the cache (rows plus its 8-byte-per-row slot index)
-  counted as fixed bytes, the misses from that batch's distinct input rows; the cheapest pair that
-  fits wins (`choose_residency`).
+  estimate from the executor's planner (its contiguous split, unrefined) with the cache (rows plus its
+  8-byte-per-row slot index) counted as fixed bytes, the misses from that batch's distinct input rows;
+  only the sizes that could win are planned (`price_candidates`); the cheapest pair that fits wins
+  (`choose_residency`).
 
 Returns the `ResidencyPlan` and the `FeatureCache` to hand to the executor (None: no cache).
 """
@@ -74,13 +75,16 @@ def _auto(trainer, order: torch.Tensor, num_rows: int, row_bytes: int, budget: i
         if cache_bytes:
             fixed += num_rows * _INDEX_BYTES_PER_ROW
         try:
+            # priced without refinement (the candidate splits the run's own plans choose among): the
+            # sizes compare on the same contiguous split, at a few percent of a refined plan's cost
             plan = executor.plan(blocks, num_microbatches=executor.options.num_microbatches,
-                                 memory_model=executor.memory_model.snapshot(fixed_bytes=fixed), recompute="off")
+                                 memory_model=executor.memory_model.snapshot(fixed_bytes=fixed), recompute="off",
+                                 refine=False)
         except BudgetTooSmallError:
             return None
         if plan.max_estimated_bytes > budget:
             return None
         return plan.num_microbatches, plan.max_estimated_bytes
 
-    candidates = price_candidates(candidate_rows(num_rows), row_bytes, input_ranks, plan_k)
+    candidates = price_candidates(candidate_rows(num_rows), row_bytes, input_ranks, plan_k, costs)
     return choose_residency(candidates, num_rows, row_bytes, budget, costs)

@@ -63,9 +63,9 @@ _CHERRY_OPTIONS = {
                    "description": "false: CHERRY_NO_EXT=1, the pure-PyTorch reference ops"},
     "safety": {"type": "number", "minimum": 0, "exclusiveMaximum": 1, "default": 0.1,
                "description": "fraction of the budget kept free when choosing K"},
-    # none by default: auto prices every cache size with a full plan of the first batch, ~8 s on a
-    # 2,048-seed synth-products batch (1.9 s for the whole run without it), a cost worth paying only
-    # where the features do not fit the device
+    # none by default: on the CPU's emulated device a cache saves no real transfer; a GPU run whose
+    # features do not fit asks for auto (which plans only the sizes that could win: ~1.3 s of a
+    # 2,048-seed synth-products run's start)
     "feature_cache": {"enum": list(RESIDENCY_MODES), "default": "none",
                       "description": "input features on the device: auto (a cache of the hottest rows sized with K "
                                      "by the planner, all rows when they fit), none, all"},

@@ -10,8 +10,8 @@ import torch
 from cherry.execution import Trainer
 from cherry.execution.feature_cache import FeatureCache
 from cherry.planning.residency import (ALL, CACHE, NONE, ResidencyCandidate, ResidencyCosts, ResidencyPlan,
-                                       candidate_rows, choose_candidate, choose_residency, hot_order, rank_of,
-                                       slot_map)
+                                       candidate_rows, choose_candidate, choose_residency, hot_order,
+                                       price_candidates, rank_of, slot_map)
 from cherry.sampling import NeighborSampler
 from cherry.spec import make_spec
 from tests.unit.graphs import random_dataset
@@ -53,6 +53,36 @@ def test_choice_is_the_brute_force_minimum_over_random_tables():
         assert best.num_microbatches is not None
         assert cost[best.cache_rows] == min(cost.values())
         assert best.cache_rows == min(r for r, v in cost.items() if v == min(cost.values()))  # ties: smaller
+
+
+def test_pricing_only_what_could_win_chooses_as_pricing_everything():
+    """`price_candidates` with costs plans fewer sizes (fit is found by bisection; a size whose misses at
+    no cache's K already cost more than the best priced is skipped) and chooses exactly what planning
+    every size chooses, on 300 random tables monotone as real ones are (a larger cache: K no smaller,
+    fit no easier, misses no more)."""
+    gen = torch.Generator().manual_seed(7)
+    rows = candidate_rows(640)
+    saved = 0
+    for _ in range(300):
+        n_fit = int(torch.randint(0, len(rows) + 1, (1,), generator=gen))
+        ks = sorted(int(k) for k in torch.randint(1, 6, (len(rows),), generator=gen))
+        ranks = torch.randint(0, 640, (int(torch.randint(1, 400, (1,), generator=gen)),), generator=gen)
+        table = {r * 4: (ks[i], 1) if i < n_fit else None for i, r in enumerate(rows)}
+        costs = ResidencyCosts(h2d_bytes_per_s=float(torch.randint(1, 50, (1,), generator=gen)),
+                               microbatch_overhead_s=float(torch.rand(1, generator=gen)) * 100)
+        calls = []
+        plan_k = lambda b: calls.append(b) or table[b]  # noqa: E731
+        every = price_candidates(rows, 4, ranks, plan_k)
+        n_every = len(calls)
+        calls.clear()
+        bounded = price_candidates(rows, 4, ranks, plan_k, costs)
+        assert len(calls) == len(set(calls)) <= n_every == len(rows)
+        saved += n_every - len(calls)
+        chosen, reference = choose_candidate(bounded, costs), choose_candidate(every, costs)
+        assert (chosen and chosen.cache_rows) == (reference and reference.cache_rows)
+        assert [c.miss_bytes for c in bounded] == [c.miss_bytes for c in every]
+        assert all(c == e for c, e in zip(bounded, every) if c.priced)
+    assert saved > 300  # on average more than one plan saved per table
 
 
 def test_plan_modes_and_no_fit():
@@ -155,7 +185,7 @@ def test_a_run_records_its_traffic_and_all_rows_move_nothing(dataset):
     assert a.loss == b.loss
 
 
-def test_auto_prices_every_size_within_the_budget(dataset):
+def test_auto_chooses_a_size_that_fits_the_budget(dataset):
     spec = make_spec(dataset="synth-tiny", batch_size=96, fanouts=[4, 4], hidden=16, evaluate=False, epochs=1,
                      device_memory_bytes="3MiB", options={"ordering": "bfs", "pipeline": False, "feature_cache": "auto"})
     from cherry.memory import DeviceMemory
