@@ -3,9 +3,6 @@ prepare's peak resident memory does not grow with the data (measured from outsid
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +14,8 @@ from cherry.data.arrays import undirected_csc
 from cherry.data.graph import Graph
 from cherry.data.registry import synth_spec
 from cherry.data.synthetic import generate
+from tests.unit.child_rss import run_measured
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _blocks(array: np.ndarray, sizes) -> list[np.ndarray]:
@@ -102,22 +99,10 @@ g.CHUNK_NODES, g.DRAWS_PER_PIECE, g.BUCKET_EDGES = 1 << 10, 1 << 14, 1 << 16
 from cherry.cli import main
 sys.exit(main(["data", "prepare", "synth-papers", "--root", sys.argv[1], "--scale", sys.argv[2]]))
 """
-# The child's peak from a small parent of its own (ru_maxrss survives execve; see test_data_papers.py).
-_MEASURE = """
-import resource, subprocess, sys
-proc = subprocess.run(sys.argv[1:], capture_output=True, text=True)
-sys.stderr.write(proc.stderr)
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-sys.exit(proc.returncode)
-"""
-
-
 def _peak_mib(root: Path, scale: float) -> float:
-    env = dict(os.environ, PYTHONPATH=str(REPO), CHERRY_NO_EXT="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", _MEASURE, sys.executable, "-c", _PREPARE_SMALL_BLOCKS,
-                           str(root), str(scale)], env=env, capture_output=True, text=True, timeout=180)
+    proc, peak_bytes = run_measured(_PREPARE_SMALL_BLOCKS, root, scale)
     assert proc.returncode == 0, proc.stderr
-    return int(proc.stdout.split()[-1]) / 1024
+    return peak_bytes / 2**20
 
 
 def test_bounded_prepare_peak_does_not_grow_with_the_data(tmp_path):

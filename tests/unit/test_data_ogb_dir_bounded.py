@@ -4,17 +4,14 @@ the data (measured from outside, in a child, as in test_data_bounded.py)."""
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cherry.data import bounded, cache, ogb_csv, ogb_dir
-from tests.unit.test_data_bounded import _MEASURE, REPO
+from tests.unit.child_rss import run_measured
 
 
 def _write_layout(directory: Path, n: int, degree: int, dim: int, seed: int = 0,
@@ -200,11 +197,9 @@ sys.exit(main(["data", "prepare", sys.argv[1]]))
 
 
 def _peak_mib(directory: Path) -> float:
-    env = dict(os.environ, PYTHONPATH=str(REPO), CHERRY_NO_EXT="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", _MEASURE, sys.executable, "-c", _PREPARE_PATH_SMALL_BLOCKS,
-                           str(directory)], env=env, capture_output=True, text=True, timeout=180)
+    proc, peak_bytes = run_measured(_PREPARE_PATH_SMALL_BLOCKS, directory)
     assert proc.returncode == 0, proc.stderr
-    return int(proc.stdout.split()[-1]) / 1024
+    return peak_bytes / 2**20
 
 
 @pytest.mark.parametrize("layout", ["csv", "npz"])

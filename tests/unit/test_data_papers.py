@@ -2,17 +2,15 @@
 the `ogb` package, and `cherry data prepare`'s peak resident memory, measured from outside."""
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cherry.data.registry import SYNTH_SPECS, dir_name, synth_spec
+from tests.unit.child_rss import run_measured
 
-REPO = Path(__file__).resolve().parents[2]
 SCALE = 0.0001  # 11,106 nodes, 161,569 undirected edges
 
 
@@ -41,23 +39,8 @@ sys.exit(main(["data", "prepare", "synth-papers", "--root", sys.argv[1], "--scal
 """
 
 
-# The child's peak is measured by a small parent of its own: a process's ru_maxrss survives execve, so a
-# child forked straight from this (large) test process would report this process's resident size.
-_MEASURE = """
-import resource, subprocess, sys
-proc = subprocess.run(sys.argv[1:], capture_output=True, text=True)
-sys.stderr.write(proc.stderr)
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-sys.exit(proc.returncode)
-"""
-
-
 def _prepare_in_child(root: Path) -> tuple[subprocess.CompletedProcess, int]:
-    env = dict(os.environ, PYTHONPATH=str(REPO), CHERRY_NO_EXT="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", _MEASURE, sys.executable, "-c", _PREPARE_WITHOUT_OGB, str(root),
-                           str(SCALE)], env=env, capture_output=True, text=True, timeout=120)
-    lines = proc.stdout.split()
-    return proc, (int(lines[-1]) * 1024 if lines else -1)  # KiB on Linux
+    return run_measured(_PREPARE_WITHOUT_OGB, root, SCALE, timeout_s=120)
 
 
 def test_prepare_and_load_without_ogb_under_rss_ceiling(tmp_path):
