@@ -35,7 +35,8 @@ def _block_tensors(blk: Block) -> list[torch.Tensor]:
 def index_tensors(parts: Sequence[Blocks]) -> list[torch.Tensor]:
     """Every index tensor of every micro-batch of ``parts`` (per layer sources, CSC and the layouts they
     carry; the input positions), in the order `blocks_to_device` packs them: what a step keeps on the
-    device for all its micro-batches (`cherry.planning.plan.resident_index_bytes` prices it)."""
+    device for all its micro-batches (`cherry.planning.plan.resident_index_bytes` prices all but the
+    layouts: an LSTM's few per-destination entries, which calibration's floor absorbs)."""
     tensors: list[torch.Tensor] = []
     for p in parts:
         for blk in p.layers:

@@ -228,10 +228,11 @@ def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional
     and K = 1 holds no prefetched rows): K
     stays tight (the chosen K over the smallest fitting one) and falls at most by half per step.
     Up: K grows in proportion to the overshoot, then the smallest fitting K above the last one that did
-    not fit is bisected for. With ``steady_limit`` (the limit plus half the margin, `_choose_k`) and a start, K
-    stops at twice the start when that plan's estimate is within ``steady_limit``: the safety margin
-    absorbs a calibration's jump, or a batch a little larger than the last, rather than K more than
-    doubling; beyond it, the plan would risk overrunning the budget, and K grows as far as needed. ``capped`` (the third item returned) says that K stopped there above ``limit``."""
+    not fit is bisected for. With ``steady_limit`` (the limit plus half the margin, `_choose_k`) and a
+    start, K stops at twice the start when that plan's estimate is within ``steady_limit``: the safety
+    margin absorbs a calibration's jump, or a batch a little larger than the last, rather than K more
+    than doubling; beyond it, the plan would risk overrunning the budget, and K grows as far as needed.
+    ``capped`` (the third item returned) says that K stopped there above ``limit``."""
     fixed = model.fixed_bytes + model.floor_bytes
     k = min(max(start_k or 1, 1), n)
     cache = {}
