@@ -375,7 +375,7 @@ class MicrobatchExecutor:
             with self.probe.phase("plan"):
                 plan = self.plan(blocks, num_microbatches=self.options.num_microbatches)
         groups, parts = list(plan.seed_groups), list(plan.microbatches)
-        device_parts = self._to_device(parts)
+        device_parts = self._to_device(parts, num_seeds)
         resident = resident_index_bytes(parts)  # in every estimate, not in what calibrates the model
         estimates, redundancy = list(plan.estimated_bytes), plan.redundancy
         recompute = plan.recompute
@@ -490,7 +490,7 @@ class MicrobatchExecutor:
                     replan = self.plan(blocks, positions=remaining, recompute=mode,
                                        num_microbatches=min(remaining.numel(), 2 * failed_k))
         groups[k:], parts[k:] = list(replan.seed_groups), list(replan.microbatches)
-        device_parts[k:] = self._to_device(parts[k:])
+        device_parts[k:] = self._to_device(parts[k:], blocks.num_seeds)
         estimates[k:] = list(replan.estimated_bytes)
         return replan.recompute
 
@@ -505,21 +505,29 @@ class MicrobatchExecutor:
             h = checkpoint(self.model.forward_layer, index, block, h, use_reentrant=False)
         return h
 
-    def _to_device(self, parts: list[Blocks]) -> list[Blocks]:
+    def _to_device(self, parts: list[Blocks], num_seeds: int) -> list[Blocks]:
         """All micro-batches' index buffers to the device in one pinned copy (on the side stream,
         ahead of the preparations that read them); on the CPU the blocks themselves, counted on an
         emulated device as a GPU holds them: all of them, from now until the step ends (sliced on the
         loader's thread, they escape the tracker; counted one micro-batch at a time, and without their
-        input positions, the first micro-batches measured below what the plan priced)."""
-        if self._side_stream is None:
-            moved = [p.to(self.device) for p in parts]
-            register = getattr(self.memory, "register_external", None)
-            if register is not None and self.device.type == "cpu":
-                register(index_tensors(moved))
-            return moved
-        self._side_after_main()
-        with torch.cuda.stream(self._side_stream):
-            return blocks_to_device(parts, self.device)
+        input positions, the first micro-batches measured below what the plan priced). Buffers that do
+        not fit are a `BudgetTooSmallError` (a finer K holds more of them, not fewer)."""
+        try:
+            if self._side_stream is None:
+                moved = [p.to(self.device) for p in parts]
+                register = getattr(self.memory, "register_external", None)
+                if register is not None and self.device.type == "cpu":
+                    register(index_tensors(moved))
+                return moved
+            self._side_after_main()
+            with torch.cuda.stream(self._side_stream):
+                return blocks_to_device(parts, self.device)
+        except torch.OutOfMemoryError as exc:
+            first = (str(exc).strip().splitlines() or ["out of memory"])[0]
+            raise BudgetTooSmallError(
+                f"the device memory cannot hold even the planning of a batch of {num_seeds} seeds (the index "
+                f"buffers of its {len(parts)} micro-batches, {resident_index_bytes(parts)} B, ran out of memory: "
+                f"{first}); give more device memory or a smaller batch") from None
 
     def _side_after_main(self) -> None:
         """Order the side stream after all work queued so far on the compute stream (no host wait).
