@@ -547,11 +547,11 @@ class MicrobatchExecutor:
             torch.cuda.current_stream(self.device).wait_stream(self._side_stream)
 
     def _account(self, prepared: _Prepared) -> None:
-        """Count a micro-batch's device tensors: those made on the preparation (or sampling) thread
-        escape a thread-local tracker. Registering is idempotent per storage."""
+        """Count a micro-batch's input rows and labels: made on the preparation thread, they escape a
+        thread-local tracker (its index buffers were counted with the step's, by `_to_device`)."""
         register = getattr(self.memory, "register_external", None)
         if register is not None and self.device.type == "cpu":
-            register([prepared.x, prepared.y] + index_tensors([prepared.blocks]))
+            register([prepared.x, prepared.y])
 
     def _free(self) -> None:
         gc.collect()

@@ -7,6 +7,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "../cache_gather.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -15,12 +17,7 @@ namespace {
 
 at::Tensor cache_gather_cpu(const at::Tensor& slot_of, const at::Tensor& cache, const at::Tensor& host,
                             const at::Tensor& nodes) {
-  TORCH_CHECK(slot_of.dim() == 1 && slot_of.scalar_type() == at::kLong, "slot_of must be a 1-D int64 tensor");
-  TORCH_CHECK(nodes.dim() == 1 && nodes.scalar_type() == at::kLong, "nodes must be a 1-D int64 tensor");
-  TORCH_CHECK(host.dim() == 2 && cache.dim() == 2, "cache and host must be 2-D [rows, features]");
-  TORCH_CHECK(cache.size(1) == host.size(1), "cache and host must have the same number of features");
-  TORCH_CHECK(cache.scalar_type() == host.scalar_type(), "cache and host must have the same dtype");
-  TORCH_CHECK(slot_of.numel() == host.size(0), "slot_of must have one entry per host row");
+  check_cache_gather_args(slot_of, cache, host, nodes);
   const auto slot_c = slot_of.contiguous();
   const auto nodes_c = nodes.contiguous();
   const auto cache_c = cache.contiguous();
