@@ -487,6 +487,12 @@ def run(args) -> int:
     datasets = [d for d in (getattr(args, "datasets", "") or "").split(",") if d]
     if not graphs:
         raise ValueError("--graphs must name at least one degree law or dataset")
+    from cherry.data.degree_laws import DEGREE_LAWS
+    from cherry.data.sources import dataset_kind
+
+    for name in graphs + datasets:  # a one-line error for an unknown name before any work
+        if name not in DEGREE_LAWS:
+            dataset_kind(name)
     jobs = getattr(args, "jobs", 1) or 1
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
@@ -507,7 +513,6 @@ def run(args) -> int:
     if getattr(args, "max_configs", None) is not None:
         configs = configs[: args.max_configs]
     from cherry.data import prepare_dataset
-    from cherry.data.degree_laws import DEGREE_LAWS
 
     for name in dict.fromkeys(c.graph for c in configs):  # prepared once, here, before any worker loads it
         if name not in DEGREE_LAWS:

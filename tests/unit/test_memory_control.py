@@ -388,3 +388,15 @@ def test_bench_budget_cli_runs_configurations_in_worker_processes(tmp_path, caps
     with pytest.raises(SystemExit):
         main(["bench", "budget", "--quick", "--jobs", "0"])
     assert "--jobs" in capsys.readouterr().err
+
+
+def test_bench_budget_unknown_dataset_is_one_line_before_any_work(capsys):
+    """`cherry bench budget --datasets nope`: exit 2 and one line naming the value and what was
+    expected, before any configuration runs (nothing printed on stdout)."""
+    from cherry.cli import main
+
+    assert main(["bench", "budget", "--datasets", "nope", "--max-configs", "0", "--recompute-steps", "0"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "unknown dataset 'nope'" in lines[0] and "expected" in lines[0]
+    assert captured.out == ""
