@@ -178,9 +178,8 @@ def reference_capacities(dataset, config, args) -> dict[str, int]:
     from cherry.planning.plan import resident_index_bytes
 
     def at_k(blocks, k: int, recompute: str = "off") -> int:
-        trainer.executor.options = dataclasses.replace(trainer.executor.options, num_microbatches=k,
-                                                       recompute=recompute)
-        return _peak_of(trainer, memory, blocks, pool, optimizer_step=True)
+        with trainer.executor.overridden(num_microbatches=k, recompute=recompute):
+            return _peak_of(trainer, memory, blocks, pool, optimizer_step=True)
 
     with DeviceMemory("cpu", None) as memory, ThreadPoolExecutor(max_workers=1) as pool:
         trainer = _trainer(dataset, config, args, None, memory)
@@ -252,18 +251,15 @@ def _smallest_k(trainer, blocks, recompute: bool, upper: int, memory, pool=None)
     def peak(k: int) -> float:
         if k in peaks:
             return peaks[k]
-        ex.options = dataclasses.replace(saved_options, num_microbatches=k, recover_oom=False,
-                                         recompute="on" if recompute else "off")
-        ex.memory_model = saved_model.snapshot()
         try:
-            peaks[k] = float(_peak_of(trainer, memory, blocks, pool))
+            with ex.overridden(isolated=True, num_microbatches=k, recover_oom=False,
+                               recompute="on" if recompute else "off"):
+                peaks[k] = float(_peak_of(trainer, memory, blocks, pool))
         except (torch.OutOfMemoryError, BudgetTooSmallError):
             peaks[k] = math.inf
-        finally:
-            ex.options, ex.memory_model = saved_options, saved_model
         # collected after the handler: while it runs, the traceback holds the failed step's frames, and
         # their tensors (2 MB on a hub batch) stayed live into the run's next step, which calibrated on them
-        ex._free()
+        ex.free()
         return peaks[k]
 
     def smallest(threshold: float) -> int:
@@ -311,7 +307,7 @@ def run_capacity(dataset, config, args, capacity_bytes: int) -> dict:
                     aborted += 1
                     reasons.append(str(exc).strip().splitlines()[0][:400] if str(exc).strip() else type(exc).__name__)
                 if stats is None:  # freed after the handler, whose traceback holds the failed step's tensors
-                    trainer.executor._free()
+                    trainer.executor.free()
                     continue
                 peaks.append(max(int(memory.peak_bytes()), stats.measured_peak_bytes or 0))
                 ks.append(stats.num_microbatches)
@@ -412,10 +408,7 @@ def recompute_cost(dataset, config, args, num_microbatches: int = 4) -> dict:
     from cherry.report.stats import median_ratio
 
     def executor_for(trainer, recompute: str):
-        ex = trainer.executor
-        ex.options = dataclasses.replace(ex.options, num_microbatches=num_microbatches, recover_oom=False,
-                                         recompute=recompute)
-        return ex
+        return trainer.executor.overridden(num_microbatches=num_microbatches, recover_oom=False, recompute=recompute)
 
     batches = _batches(dataset, args, args.recompute_steps + 1)
     with DeviceMemory("cpu", None) as memory:
@@ -423,8 +416,8 @@ def recompute_cost(dataset, config, args, num_microbatches: int = 4) -> dict:
         blocks = trainer.sampler.sample(batches[0], torch.Generator().manual_seed(args.seed))
         peaks = {}
         for mode in ("off", "on"):
-            executor_for(trainer, mode)
-            peaks[mode] = _peak_of(trainer, memory, blocks)
+            with executor_for(trainer, mode):
+                peaks[mode] = _peak_of(trainer, memory, blocks)
         trainer.close()
     trainer = _trainer(dataset, config, args, None, None)
     gen = torch.Generator().manual_seed(args.seed + 3)
@@ -432,10 +425,10 @@ def recompute_cost(dataset, config, args, num_microbatches: int = 4) -> dict:
     for i, seeds in enumerate(batches[1:]):
         blocks = trainer.sampler.sample(seeds, gen)
         for mode in (("on", "off") if i % 2 == 0 else ("off", "on")):
-            ex = executor_for(trainer, mode)
-            start = time.perf_counter()
-            ex.accumulate(blocks, trainer.data.features, trainer.data.labels)
-            times[mode].append(time.perf_counter() - start)
+            with executor_for(trainer, mode) as ex:
+                start = time.perf_counter()
+                ex.accumulate(blocks, trainer.data.features, trainer.data.labels)
+                times[mode].append(time.perf_counter() - start)
     trainer.close()
     ratio = median_ratio(times["on"], times["off"])
     return {"config": config.label, "num_microbatches": num_microbatches, "steps": len(times["on"]),

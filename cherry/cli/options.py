@@ -181,6 +181,17 @@ def add_feature_cache_option(p: argparse.ArgumentParser) -> None:
                         "sized with K, all rows when they fit), none, all (default: the cherry system's option)")
 
 
+def add_cherry_option(p: argparse.ArgumentParser, key: str) -> None:
+    """``--<key>``: one of cherry's ``options.*`` keys, its choices, help and default from the systems
+    table's schema of the option (the one place it is declared)."""
+    from cherry.systems.table import system_entry
+
+    schema = system_entry("cherry").options[key]
+    choices = schema.get("enum")
+    p.add_argument("--" + key.replace("_", "-"), dest=key, choices=choices, default=argparse.SUPPRESS,
+                   help=f"{schema.get('description', key)} (options.{key}; default: {schema.get('default')})")
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -238,6 +249,9 @@ def _convert(key: str, text: Any) -> Any:
     return text
 
 
+_CHERRY_FLAGS = ("ordering", "feature_cache", "recompute", "exactness_check")
+
+
 def spec_from_args(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = None,
                    **fixed: Any) -> RunSpec:
     """The `RunSpec` of parsed options: given options over the command's ``defaults`` over the run
@@ -251,7 +265,7 @@ def spec_from_args(args: argparse.Namespace, parser: Optional[argparse.ArgumentP
         for key in spec_properties():
             if key in given:
                 data[key] = _convert(key, given[key])
-        for option in ("ordering", "feature_cache"):  # cherry's options with their own flags
+        for option in _CHERRY_FLAGS:  # cherry's options with their own flags
             if option in given:
                 data["options"] = {**data.get("options", {}), option: given[option]}
         data.update(fixed)
@@ -261,9 +275,17 @@ def spec_from_args(args: argparse.Namespace, parser: Optional[argparse.ArgumentP
         match = re.match(r"key ([a-z_]+)", message)
         if match:
             key = match.group(1)
-            flag = "--ordering" if key == "options" else _flag(actions, key)
+            flag = _option_flag(message, actions) if key == "options" else _flag(actions, key)
             message = flag + message[match.end():]
         raise ValueError(message) from None
+
+
+def _option_flag(message: str, actions) -> str:
+    """The flag of the ``options.*`` key an error message names (``--ordering`` when it names none)."""
+    for option in _CHERRY_FLAGS:
+        if f"options.{option}" in message or f"'{option}'" in message:
+            return _flag(actions, option)
+    return "--ordering"
 
 
 def join_negative_values(argv: list[str]) -> list[str]:

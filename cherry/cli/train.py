@@ -20,7 +20,8 @@ import time
 from dataclasses import asdict
 from typing import Callable
 
-from cherry.cli.options import add_feature_cache_option, add_ordering_option, add_spec_options, spec_from_args
+from cherry.cli.options import (add_cherry_option, add_feature_cache_option, add_ordering_option, add_spec_options,
+                                spec_from_args)
 from cherry.errors import EXIT_OOM, LossDiverged, ResultKept, check_loss, cut, fault_line, write_json_keeping
 from cherry.memory import format_size
 from cherry.spec import RunSpec
@@ -31,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_spec_options(p)
     add_ordering_option(p)
     add_feature_cache_option(p)
+    add_cherry_option(p, "recompute")
+    add_cherry_option(p, "exactness_check")
     p.add_argument("--no-eval", dest="evaluate", action="store_const", const="false", default=argparse.SUPPRESS,
                    help="skip the layer-wise evaluation after each epoch (= --evaluate false)")
     p.add_argument("--json", default=None, metavar="OUT", help="write a JSON summary here")

@@ -6,17 +6,24 @@ breakers, found before training:
 - BatchNorm (any ``_BatchNorm``, including SyncBatchNorm) in training mode: it normalises with the
   statistics of whatever rows are in the micro-batch. Refused (one line naming the module) with the
   remedy: ``nn.LayerNorm`` (per row) or the BatchNorm in eval mode (frozen statistics are exact).
+- Modules the user put in eval mode (inside a model in training mode) stay in eval mode: their
+  ``train`` is bound to keep them there, so no ``model.train()`` of the Trainer, the executor or
+  evaluation turns a frozen BatchNorm back to batch statistics.
 - ``nn.Dropout`` (and ``Dropout1d``/``2d``/``3d``, ``AlphaDropout``): a fresh mask per call, so a
   node's row is masked differently in each micro-batch. Replaced in place by
   `cherry.models.exact_dropout.ExactDropout` (same ``p``), whose mask follows the node id.
-- ``F.dropout`` / ``torch.dropout`` / ``F.batch_norm`` called inside a forward: found by one probe
-  forward on a small batch (`check_functional`) and refused, naming the module whose forward called it.
+- ``F.dropout`` / ``torch.dropout`` / ``F.batch_norm`` / a random draw (``torch.rand*``,
+  ``bernoulli``, ``normal``) called inside a forward: found by one probe forward on a small batch
+  (`check_functional`) and refused, naming the module whose forward called it.
 
-`guard_model` does the first two (the `Trainer` calls it); `check_functional` the third (`check_exact`
-and `cherry verify` call it).
+`guard_model` does the first three (the `Trainer` calls it); `check_functional` the last (`check_exact`,
+`cherry verify` and a failed partition check call it). What no guard can see (centring by the batch's
+mean, scaling by its size) the partition check of the run's first step finds
+(`cherry.execution.partition_check`).
 """
 from __future__ import annotations
 
+import types
 from typing import Optional
 
 import torch
@@ -49,6 +56,10 @@ def guard_model(model: nn.Module, replace_dropout: bool = True) -> nn.Module:
     for name, module in model.named_modules():
         if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training:
             raise _batchnorm_error(name, module)
+    if model.training:  # modules the user froze inside a training model stay frozen
+        for module in model.modules():
+            if not module.training:
+                freeze_eval(module)
     swaps = []
     for parent_name, parent in model.named_modules():
         for child_name, child in parent.named_children():
@@ -70,6 +81,18 @@ def guard_model(model: nn.Module, replace_dropout: bool = True) -> nn.Module:
     return model
 
 
+def _frozen_train(self: nn.Module, mode: bool = True) -> nn.Module:
+    return type(self).train(self, False)
+
+
+def freeze_eval(module: nn.Module) -> nn.Module:
+    """Keep ``module`` (and its children) in eval mode whatever ``train()`` calls reach it: its ``train``
+    is bound to ``train(False)`` (a bound method, so a deep copy of the model keeps it for the copy)."""
+    module.train = types.MethodType(_frozen_train, module)
+    module.train(False)
+    return module
+
+
 def _enter_node_rows(module, args):
     if args and hasattr(args[0], "layers"):
         context = node_rows(args[0])
@@ -81,6 +104,10 @@ def _leave_node_rows(module, args, output):
     contexts = module.__dict__.get("_cherry_contexts")
     if contexts:
         contexts.pop().__exit__(None, None, None)
+
+
+_RANDOM = (torch.rand, torch.randn, torch.randint, torch.rand_like, torch.randn_like, torch.randint_like,
+           torch.bernoulli, torch.normal, torch.randperm, torch.multinomial, torch.poisson)
 
 
 class _FunctionalWatch(TorchFunctionMode):
@@ -101,6 +128,10 @@ class _FunctionalWatch(TorchFunctionMode):
                 if training and p > 0:
                     self.found = (f"module {where or '<model>'} calls {func.__name__} in its forward: a fresh mask per "
                                   "micro-batch breaks exactness; use a module cherry.models.ExactDropout(p) instead")
+            elif func in _RANDOM:
+                self.found = (f"module {where or '<model>'} draws random numbers ({func.__name__}) in its forward: a "
+                              "fresh draw per micro-batch breaks exactness; use cherry.models.ExactDropout(p), or "
+                              "draw from the node ids")
             elif func is F.batch_norm:
                 training = kwargs.get("training", args[5] if len(args) > 5 else False)
                 if training:

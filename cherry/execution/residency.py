@@ -71,7 +71,7 @@ def _auto(trainer, order: torch.Tensor, num_rows: int, row_bytes: int, budget: i
     input_ranks = rank_of(order).index_select(0, blocks.input_nodes.cpu())
 
     def plan_k(cache_bytes: int):
-        fixed = executor._base_fixed_bytes + cache_bytes
+        fixed = executor.fixed_bytes + cache_bytes
         if cache_bytes:
             fixed += num_rows * _INDEX_BYTES_PER_ROW
         try:

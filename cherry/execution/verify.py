@@ -14,6 +14,8 @@ from typing import Optional
 import torch
 
 from cherry.execution.executor import ExecutorOptions, MicrobatchExecutor
+from cherry.execution.partition_check import TOLERANCE, ParameterDifference, compare
+from cherry.execution.recompute import can_recompute
 from cherry.planning import MemoryModel
 from cherry.sampling import Blocks
 
@@ -30,8 +32,9 @@ def _exact_float32():
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-def _gradients_at(k, model, memory_model, blocks, features, labels, seed_rank, device) -> list[torch.Tensor]:
-    options = ExecutorOptions.for_k(k, stage_features=False, safety=0.0)
+def _gradients_at(k, model, memory_model, blocks, features, labels, seed_rank, device,
+                  recompute: str = "off") -> list[torch.Tensor]:
+    options = ExecutorOptions.for_k(k, stage_features=False, safety=0.0, recompute=recompute)
     ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.0), memory_model, options,
                             device, seed_rank=seed_rank)
     try:
@@ -41,31 +44,23 @@ def _gradients_at(k, model, memory_model, blocks, features, labels, seed_rank, d
         ex.close()
 
 
-@dataclass(frozen=True)
-class ParameterDifference:
-    name: str
-    max_abs_diff: float
-    max_rel_diff: float  # max |g_K - g_1| / max |g_1|
-
-
 def compare_gradients(model: torch.nn.Module, memory_model: MemoryModel, blocks: Blocks,
                       features: torch.Tensor, labels: torch.Tensor, num_microbatches: int,
                       seed_rank: Optional[torch.Tensor] = None,
-                      device: torch.device | str = "cpu") -> list[ParameterDifference]:
-    """Per-parameter difference between the gradients at K = ``num_microbatches`` and K = 1."""
+                      device: torch.device | str = "cpu", recompute: str = "off") -> list[ParameterDifference]:
+    """Per-parameter difference between the gradients at K = ``num_microbatches`` and K = 1 (the
+    partition check's comparison, `cherry.execution.partition_check.compare`). ``recompute``: the
+    K-micro-batch run's recomputation setting ("on" runs it recomputed; K = 1 never is)."""
     if not 1 <= num_microbatches <= blocks.num_seeds:
         raise ValueError(f"--microbatches must be in [1, {blocks.num_seeds}] for this batch, got {num_microbatches}")
+    if recompute not in ("on", "off"):
+        raise ValueError(f"recompute must be 'on' or 'off', got {recompute!r}")
     grads = []
     with _exact_float32():
-        for k in (1, num_microbatches):
-            grads.append(_gradients_at(k, model, memory_model, blocks, features, labels, seed_rank, device))
+        for k, mode in ((1, "off"), (num_microbatches, recompute)):
+            grads.append(_gradients_at(k, model, memory_model, blocks, features, labels, seed_rank, device, mode))
     names = [n for n, p in model.named_parameters() if p.requires_grad]
-    out = []
-    for name, g1, gk in zip(names, *grads):
-        diff = float((gk - g1).abs().max()) if g1.numel() else 0.0
-        ref = float(g1.abs().max()) if g1.numel() else 0.0
-        out.append(ParameterDifference(name, diff, diff / ref if ref > 0 else diff))
-    return out
+    return list(compare(names, *grads))
 
 
 @dataclass(frozen=True)
@@ -84,14 +79,16 @@ class ExactnessReport:
 
 
 def check_exact(model: torch.nn.Module, dataset, num_microbatches: int = 4, fanouts=(5, 5),
-                batch_size: int = 256, seed: int = 0, tolerance: float = 1e-4,
-                device: torch.device | str = "cpu", memory_model: Optional[MemoryModel] = None) -> ExactnessReport:
+                batch_size: int = 256, seed: int = 0, tolerance: float = TOLERANCE,
+                device: torch.device | str = "cpu", memory_model: Optional[MemoryModel] = None,
+                recompute: str = "off") -> ExactnessReport:
     """Does ``model`` (``model(blocks, x) -> logits``) train exactly under micro-batching on ``dataset``?
 
     First the guard (`cherry.execution.exactness`): BatchNorm in training mode or a functional dropout
     is an `ExactnessError` (one line naming the module); ``nn.Dropout`` is replaced in place by its exact
     equivalent. Then the gradient of one sampled batch of ``batch_size`` training seeds (``fanouts``,
-    one per layer) at K = ``num_microbatches`` is compared with K = 1, dropout included.
+    one per layer) at K = ``num_microbatches`` (recomputed where ``recompute`` is "on") is compared with
+    K = 1, dropout included, by the comparison the run's own partition check uses.
     """
     from cherry.execution.exactness import check_functional, guard_model
     from cherry.models.spec import ModelSpec
@@ -100,6 +97,8 @@ def check_exact(model: torch.nn.Module, dataset, num_microbatches: int = 4, fano
     if isinstance(num_microbatches, bool) or not isinstance(num_microbatches, int) or num_microbatches < 1:
         raise ValueError(f"num_microbatches must be an int >= 1, got {num_microbatches!r}")
     guard_model(model)
+    if recompute == "on" and not can_recompute(model):
+        raise ValueError(f"recompute='on' needs a model with layer units (forward_layer); {type(model).__name__} has none")
     model = model.to(device)
     gen = torch.Generator().manual_seed(seed)
     train = dataset.train_idx
@@ -110,6 +109,7 @@ def check_exact(model: torch.nn.Module, dataset, num_microbatches: int = 4, fano
         spec = ModelSpec("sage", dataset.feature_dim, 16, dataset.num_classes, len(tuple(fanouts)))
         memory_model = MemoryModel.for_model(spec)
     k = min(num_microbatches, blocks.num_seeds)
-    diffs = compare_gradients(model, memory_model, blocks, dataset.features, dataset.labels, k, device=device)
+    diffs = compare_gradients(model, memory_model, blocks, dataset.features, dataset.labels, k, device=device,
+                              recompute=recompute)
     worst = max((d.max_rel_diff for d in diffs), default=0.0)
     return ExactnessReport(k, blocks.num_seeds, tuple(diffs), worst, tolerance)

@@ -72,6 +72,9 @@ _CHERRY_OPTIONS = {
     "recompute": {"enum": ["auto", "on", "off"], "default": "auto",
                   "description": "per-layer activation recomputation: auto (only when one seed per micro-batch "
                                  "does not fit), on, off"},
+    "exactness_check": {"type": "string", "pattern": "^(first-step|off|every:[1-9][0-9]*)$", "default": "first-step",
+                        "description": "partition invariance of the gradient, checked by the engine before the "
+                                       "optimizer step: first-step, every:N (steps), off"},
 }
 
 # As released by default (see baselines/betty/system.py and baselines/buffalo/system.py).

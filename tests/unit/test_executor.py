@@ -125,15 +125,18 @@ def test_options_from_spec_are_the_specs_settings():
 
     base = dict(dataset="synth-tiny", fanouts=(5, 10))
     auto = ExecutorOptions.from_spec(make_spec(**base), None)  # "auto" without a budget: K = 1
-    assert auto == _options(num_microbatches=1)  # recover_oom is moot without a budget
+    # recover_oom is moot without a budget; a run spec checks partition invariance on its first step
+    assert auto == _options(num_microbatches=1, exactness_check="first-step")
     budgeted = ExecutorOptions.from_spec(make_spec(**base, budget_bytes="1MiB"), 1 << 20)
-    assert budgeted == _options(budget_bytes=1 << 20)  # K from the budget, recovering from OOM
+    assert budgeted == _options(budget_bytes=1 << 20, exactness_check="first-step")  # K from the budget, recovering
     fixed = ExecutorOptions.from_spec(make_spec(**base, num_microbatches=4), 1000)
-    assert fixed == _options(num_microbatches=4, budget_bytes=1000, recover_oom=False)
+    assert fixed == _options(num_microbatches=4, budget_bytes=1000, recover_oom=False, exactness_check="first-step")
     switched = make_spec(**base, num_microbatches=2, options={"stage_features": False, "pipeline": False,
-                                                               "balance": "count", "safety": 0.25})
+                                                               "balance": "count", "safety": 0.25,
+                                                               "exactness_check": "every:3"})
     assert ExecutorOptions.from_spec(switched, None) == _options(
-        num_microbatches=2, stage_features=False, pipeline=False, balance="count", safety=0.25, recover_oom=False)
+        num_microbatches=2, stage_features=False, pipeline=False, balance="count", safety=0.25, recover_oom=False,
+        exactness_check="every:3")
 
 
 def test_forced_underestimate_is_recovered_exactly(data):

@@ -135,7 +135,7 @@ def test_cache_gather_equals_the_table(dataset):
     trainer = _trainer(dataset, feature_cache="none")
     _with_cache(trainer, 150)
     nodes = torch.randperm(600, generator=torch.Generator().manual_seed(0))[:200]
-    assert torch.equal(trainer.executor._cache.gather(nodes), dataset.features[nodes])
+    assert torch.equal(trainer.executor.staging.cache.gather(nodes), dataset.features[nodes])
 
 
 @pytest.mark.parametrize("rows", [0, 150, 600])

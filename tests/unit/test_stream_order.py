@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cherry.execution import ExecutorOptions, MicrobatchExecutor
-from cherry.execution import executor as executor_mod
+from cherry.execution import staging as staging_mod
 from cherry.models import ModelSpec, build_model
 from cherry.models.base import BlockModel
 from cherry.planning import BatchShape, MemoryModel
@@ -47,7 +47,7 @@ def streams(monkeypatch):
         log.append("side reads inputs")
         return [p.to(device) for p in parts]
 
-    monkeypatch.setattr(executor_mod, "blocks_to_device", to_device)
+    monkeypatch.setattr(staging_mod, "blocks_to_device", to_device)
     ds = random_dataset(num_nodes=400, avg_degree=6)
     blocks = NeighborSampler(ds.graph, [4, 6]).sample(ds.train_idx[:64], torch.Generator().manual_seed(3))
     spec = ModelSpec("sage", ds.feature_dim, 8, ds.num_classes, 2, aggr="mean")
@@ -57,10 +57,10 @@ def streams(monkeypatch):
         model = build_model(spec)
         ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.1), MemoryModel.for_model(spec),
                                 options, memory=memory)
-        ex._side_stream = FakeStream("side", log)
-        real_free, real_prepare = ex._free, ex._prepare
-        ex._free = lambda: (log.append("free"), real_free())[1]
-        ex._prepare = lambda *a: (log.append("prepare"), real_prepare(*a))[1]
+        ex.staging.side_stream = FakeStream("side", log)
+        real_free, real_prepare = ex.free, ex.staging.prepare
+        ex.free = lambda: (log.append("free"), real_free())[1]
+        ex.staging.prepare = lambda *a: (log.append("prepare"), real_prepare(*a))[1]
         return ex
 
     return log, make, ds, blocks, spec
