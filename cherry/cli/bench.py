@@ -1,4 +1,4 @@
-"""`cherry bench ops|engine|systems|planner|interop|budget|cache`: side-by-side benchmarks that print ratios measured in one run.
+"""`cherry bench ops|engine|systems|planner|interop|budget|cache|exactness`: side-by-side benchmarks that print ratios measured in one run.
 
 The command line of each benchmark is defined here; the measuring lives in
 `benchmarks.<name>.run(args)`, which imports no CLI code. Options that are run-spec keys
@@ -14,7 +14,7 @@ import importlib
 
 from cherry.cli.options import add_spec_arguments, positive_int, size_bytes
 
-BENCHMARKS = ("ops", "engine", "systems", "planner", "interop", "budget", "cache")
+BENCHMARKS = ("ops", "engine", "systems", "planner", "interop", "budget", "cache", "exactness")
 _PLANNER_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-arxiv,synth-products"
 # Where a benchmark's setting differs from the run schema's default (the rest are the schema's).
 _OWN_DEFAULTS = {
@@ -25,10 +25,11 @@ _OWN_DEFAULTS = {
     "interop": {"dataset": "synth-arxiv", "hidden": 128, "steps": 20},
     "budget": {"batch_size": 64, "hidden": 32, "steps": 100},
     "cache": {"dataset": "synth-papers", "batch_size": 256, "hidden": 64, "steps": 5},
+    "exactness": {"dataset": "synth-arxiv", "batch_size": 1024, "fanouts": (10, 25), "steps": 10, "warmup": 1},
 }
 
 
-_MODULES = {"cache": "feature_cache"}  # a benchmark whose module is not named after it
+_MODULES = {"cache": "feature_cache", "exactness": "exactness_check"}  # a benchmark whose module is not named after it
 
 
 def _runner(name: str):
@@ -110,6 +111,17 @@ def _register_interop(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("interop"))
+
+
+def _register_exactness(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("exactness", help="cost of the engine's partition check: a checked step over a plain one")
+    add_spec_arguments(p, ("dataset", "root", "model", "aggr", "hidden", "fanouts", "batch_size", "steps", "warmup",
+                           "seed"), _OWN_DEFAULTS["exactness"])
+    p.add_argument("--microbatches", type=positive_int, default=8, help="the run's fixed K (checked against K + 1)")
+    p.add_argument("--round", type=positive_int, default=5, help="steps per round (a run, for the interval)")
+    p.add_argument("--threads", type=positive_int, default=None)
+    p.add_argument("--json", default=None, metavar="OUT")
+    p.set_defaults(func=_runner("exactness"))
 
 
 def _register_budget(sub: argparse._SubParsersAction) -> None:

@@ -4,9 +4,10 @@ An exact model's mini-batch gradient is the same however the batch is split into
 ``options.exactness_check`` asks (the first step by default), `check_step` recomputes the step's
 gradient under a second split of the same batch, before the optimizer step, and compares:
 
-- the second split is twice as fine as the step's own (K -> min(2K, seeds), same recomputation
-  setting); where the step already ran one seed per micro-batch, half as fine with recomputation
-  (pairs of seeds), where the model can recompute;
+- the second split has one micro-batch more than the step's own (K -> K + 1, same recomputation
+  setting): other groups of other sizes at about the step's cost and memory; where the step already
+  ran one seed per micro-batch, half as many with recomputation (pairs of seeds), where the model can
+  recompute;
 - it runs on the step's own dropout seed (a replay), on a snapshot of the memory model (the run's
   calibration and its next K are untouched) and with out-of-memory recovery as the run has it, which
   only makes the split finer;
@@ -93,7 +94,7 @@ def second_split(executor, blocks, first_k: int, first_recompute: bool) -> Union
     if n < 2:
         return "a batch of one seed has no second split"
     if first_k < n:
-        return min(n, 2 * first_k), "on" if first_recompute else "off"
+        return first_k + 1, "on" if first_recompute else "off"
     if executor._can_recompute and executor.options.recompute != "off":
         return (n + 1) // 2, "on"  # one seed per micro-batch fitted: pairs fit with recomputation, mostly
     return (n + 1) // 2, "off"
@@ -135,11 +136,14 @@ def check_step(executor, blocks, features: torch.Tensor, labels: torch.Tensor, s
     except (torch.OutOfMemoryError, BudgetTooSmallError) as exc:
         reason = f"the second split ({second_k} micro-batches) did not fit: {str(exc).strip().splitlines()[0]}"
         check = PartitionCheck(**base, second_k=second_k, second_recompute=mode == "on", skipped=reason)
+        failed = True
     else:
         check = PartitionCheck(**base, second_k=second.num_microbatches, second_recompute=bool(second.recompute),
                                differences=differences)
+        failed = False
     finally:
         executor.set_gradients([g.to(executor.device) for g in first])
+    if failed:  # after the handler: its traceback held the failed micro-batch's tensors
         executor.free()
     if not check.ok:
         raise _error(executor, check, blocks, features)
