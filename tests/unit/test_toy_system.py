@@ -13,7 +13,7 @@ from cherry.spec import SpecError, make_spec
 from cherry.systems import SystemEntry, get_system, register_system, system_entry, system_names
 from tests.unit.toy_system import OPTIONS, ToySystem
 
-ENTRY = SystemEntry("toy", "tests.unit.toy_system", whole_batch=False, colour="#8e44ad", marker="x", label="Toy",
+ENTRY = SystemEntry("toy", "tests.unit.toy_system", role="micro_batcher", colour="#8e44ad", marker="x", label="Toy",
                     options=OPTIONS)
 
 
@@ -56,13 +56,13 @@ def test_a_registered_systems_options_are_checked_by_its_entry(toy):
 
 def test_registration_refuses_a_taken_name_and_bad_entries(toy):
     with pytest.raises(ValueError, match="already registered"):
-        register_system(SystemEntry("toy", "elsewhere", False, "#000000", "o"))
+        register_system(SystemEntry("toy", "elsewhere", "micro_batcher", "#000000", "o"))
     with pytest.raises(ValueError, match="already registered"):
-        register_system(SystemEntry("cherry", "tests.unit.toy_system", False, "#000000", "o"))
+        register_system(SystemEntry("cherry", "tests.unit.toy_system", "micro_batcher", "#000000", "o"))
     with pytest.raises(TypeError):
         register_system({"name": "other"})
     with pytest.raises(ValueError, match="lower-case identifier"):
-        SystemEntry("Toy-2", "tests.unit.toy_system", False, "#000000", "o")
+        SystemEntry("Toy-2", "tests.unit.toy_system", "micro_batcher", "#000000", "o")
 
 
 def test_an_unregistered_system_is_unknown_again():
