@@ -1,16 +1,16 @@
 """The headline numbers of a workflow run, as Markdown (``results/summary.md``).
 
     python -m cherry.report.summary --table runs.csv --out summary.md [--json ratios.json]
-        [--searches SEARCH.json ...] [--data-info INFO.json ...] [--] [VERIFY.txt ...]
+        [--searches SEARCH.json ...] [--data-info INFO.json ...] [--] [VERIFY.json ...]
 
 From the run table: per-step speedup of cherry over Betty and Buffalo (same case, same K), memory
 reduction over plain mini-batch training (full, DGL), time per epoch against the device capacity
 (each system at its own K; needs the datasets' info for the steps per epoch), the estimator's error,
 convergence and ablation tables, and every run that did not finish ok. From the memory wall's search
-records: each system's own K and the largest batch it trains. From the outputs of `cherry verify`
-(one text file per check): the gradient-equivalence error. Ratios use medians of measured steps
-(warm-up excluded) pooled over repeats, with the hierarchical interval of `cherry.report.stats`; a
-missing or failed run leaves its cell as "-". ``--json`` writes every timed ratio with its interval
+records: each system's own K and the largest batch it trains. From the records of
+`cherry verify --json` (one per check, `cherry.bench.verify_record`): the gradient-equivalence error.
+Ratios use medians of measured steps (warm-up excluded) pooled over repeats, with the hierarchical
+interval of `cherry.report.stats`; a missing or failed run leaves its cell as "-". ``--json`` writes every timed ratio with its interval
 and verdict (``{"ratios": [{"key", "section", "value", "low", "high", "verdict", ...}]}``), which
 `cherry.report.compare_verdicts` compares between two workflow runs. The sections are `SECTIONS`;
 which experiment phases feed each is the experiment table (`cherry.bench.phases`).
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,34 +29,6 @@ import pandas as pd
 
 from cherry.report import tables as t
 from cherry.report.stats import MIN_RUNS, NOISE_MARGIN, median_ratio
-
-# `cherry verify` ("K=4 vs K=1 on ...") and `cherry verify --nproc N` ("2 ranks (K per rank [2, 2]) vs one
-# process with K=1 on ..."; K is then the largest per-rank K)
-VERIFY_LINE = re.compile(r"(?:K=(?P<k>\d+)|\d+ ranks \(K per rank \[(?P<ks>[\d, ]+)\]\)) vs (?:one process with )?"
-                         r"K=1 on (?P<seeds>\d+) seeds: largest relative difference "
-                         r"(?P<rel>\S+) \((?P<verdict>within|ABOVE) tolerance (?P<tol>\S+)\)")
-
-
-def parse_verify(text: str) -> dict:
-    """The verdict line of `cherry verify` as numbers (ValueError if the text has none)."""
-    match = None
-    for line in text.splitlines():
-        match = VERIFY_LINE.search(line) or match
-    if match is None:
-        raise ValueError("no 'K=.. vs K=1 on .. seeds: largest relative difference ..' line in the verify output")
-    abs_diffs = []
-    for line in text.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) == 3:
-            try:
-                abs_diffs.append(float(parts[1]))
-            except ValueError:
-                pass
-    k = int(match["k"]) if match["k"] else max(int(v) for v in match["ks"].split(","))
-    return {"k": k, "seeds": int(match["seeds"]), "max_rel_diff": float(match["rel"]),
-            "max_abs_diff": max(abs_diffs) if abs_diffs else None, "tolerance": float(match["tol"]),
-            "within": match["verdict"] == "within"}
-
 
 def _fmt(value: Optional[float], digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -244,16 +215,21 @@ def epoch_time_section(frame: pd.DataFrame, sizes: dict[str, int]) -> list[str]:
 
 
 def verify_section(paths: list[str]) -> list[str]:
+    """One row per `cherry verify --json` record (named by its file); an unreadable one says why."""
+    from cherry.bench.verify_record import read_verify_record
+
     out = []
     for path in paths:
         name = Path(path).stem
         try:
-            v = parse_verify(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            v = read_verify_record(path)
+        except ValueError as exc:
             out.append([name, "-", "-", "-", "-", f"unreadable: {exc}"])
             continue
-        out.append([name, v["k"], v["seeds"], _fmt(v["max_rel_diff"]), _fmt(v["max_abs_diff"]),
-                    f"{'within' if v['within'] else 'ABOVE'} {v['tolerance']:g}"])
+        verdict = f"{'within' if v.within else 'ABOVE'} {v.tolerance:g}"
+        if v.parameters_identical is False:
+            verdict += "; ranks' parameters DIFFERENT"
+        out.append([name, v.num_microbatches, v.num_seeds, _fmt(v.max_rel_diff), _fmt(v.max_abs_diff), verdict])
     return ["## Gradient equivalence (`cherry verify`: K micro-batches vs the whole batch)", ""] + _table(
         ["check", "K", "seeds", "largest relative difference", "largest absolute difference", "tolerance"], out)
 
@@ -322,7 +298,7 @@ def status_section(frame: pd.DataFrame) -> list[str]:
 @dataclass(frozen=True)
 class SummaryInputs:
     """What a section reads: the run table, the memory wall's searches, each dataset's training-set
-    size, the `cherry verify` outputs, and the list that collects every timed ratio (or None)."""
+    size, the `cherry verify --json` records, and the list that collects every timed ratio (or None)."""
 
     frame: pd.DataFrame
     searches: pd.DataFrame
@@ -391,7 +367,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from cherry.io import write_bytes_atomic
 
     parser = argparse.ArgumentParser(prog="python -m cherry.report.summary", description=__doc__.splitlines()[0])
-    parser.add_argument("verify", nargs="*", help="outputs of `cherry verify` (one per check)")
+    parser.add_argument("verify", nargs="*", help="records of `cherry verify --json` (one per check)")
     t.add_report_inputs(parser)
     parser.add_argument("--out", required=True, help="Markdown file to write")
     parser.add_argument("--json", default=None, help="also write every timed ratio and its verdict here")
