@@ -1,4 +1,4 @@
-"""Bad input at the CLI and the runner: one line, the promised exit code, before any work (issue 14).
+"""Bad input at the CLI and the runner: one line, the promised exit code, before any work.
 
 Each case is a row of tests/BAD_INPUTS.md. The commands run in-process (`cherry.cli.main`,
 `cherry.bench.run.main`), so a traceback would fail the test as an exception rather than pass as text.
