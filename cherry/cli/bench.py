@@ -80,9 +80,9 @@ def _register_engine(sub: argparse._SubParsersAction) -> None:
 def _register_systems(sub: argparse._SubParsersAction) -> None:
     from cherry.systems.table import subject_system, system_names
 
-    names = system_names()  # the systems table's, in its order
-    p = sub.add_parser("systems", help=f"{subject_system()} vs every other system of the table "
-                                       f"({', '.join(n for n in names if n != subject_system())}) at equal K and budget")
+    names, me = system_names(), subject_system()  # the systems table's, in its order
+    others = ", ".join(n for n in names if n != me)
+    p = sub.add_parser("systems", help=f"{me} vs every other system of the table ({others}) at equal K and budget")
     add_spec_arguments(p, ("dataset", "root", "aggr", "hidden", "fanouts", "batch_size", "steps", "warmup", "device"),
                        _OWN_DEFAULTS["systems"])
     p.add_argument("--systems", default=",".join(names), help="comma-separated system names (default: every one)")
