@@ -82,8 +82,9 @@ def _ratio_text(r) -> str:
 
 
 def _present(rows: pd.DataFrame, names) -> list[str]:
-    """The systems of ``names`` that have rows in ``rows``, in the rows' (the config's) order."""
-    return [s for s in dict.fromkeys(rows["system"]) if s in names]
+    """The systems of ``names`` (in the systems table's order) that have rows in ``rows``."""
+    found = set(rows["system"])
+    return [s for s in names if s in found]
 
 
 def speedup_section(frame: pd.DataFrame, ratios: Optional[list] = None) -> list[str]:
@@ -105,7 +106,7 @@ def speedup_section(frame: pd.DataFrame, ratios: Optional[list] = None) -> list[
                 ratios.append(_ratio_entry("step_time", f"{experiment} | {case} | K={k} | {s}/{me}", r, r.verdict))
             cells += [_ratio_text(r), r.verdict if r is not None else "-"]
         out.append(cells)
-    head = [f"## Step time: {me} vs {_labels(others) or 'no other micro-batcher'} (same batch, same K)", "",
+    head = [f"## Step time: {me} vs the other micro-batchers ({_labels(others) or 'none'}; same batch, same K)", "",
             f"Ratio = other / {me} of median step times (per-step times pooled over repeats, warm-up "
             f"excluded), {INTERVAL_TEXT}.", ""]
     counts = []

@@ -129,7 +129,7 @@ def test_a_registered_system_reaches_the_figure_and_the_summary_by_its_role(role
         step = text[text.index("## Step time"):text.index("## ", text.index("## Step time") + 3)]
         memory = text[text.index("## Peak memory"):text.index("## ", text.index("## Peak memory") + 3)]
         if role == "micro_batcher":  # compared step for step with cherry, absent from the plain references
-            assert "## Step time: cherry vs Toy (same batch, same K)" in step and "| toy/cherry | verdict |" in step
+            assert "## Step time: cherry vs the other micro-batchers (Toy; same batch, same K)" in step and "| toy/cherry | verdict |" in step
             assert "toy MiB" not in memory
         else:  # a plain mini-batch reference of the memory table, not a micro-batcher
             assert "toy/cherry" not in step
