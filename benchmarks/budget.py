@@ -1,6 +1,6 @@
 """`cherry bench budget`: does automatic K (with recomputation below one seed) keep its promise?
 
-A stress test of the memory control of issue 22, on the CPU's emulated device (`DeviceMemory` with a
+A stress test of Cherry's memory control, on the CPU's emulated device (`DeviceMemory` with a
 capacity raises the out-of-memory a GPU would). Configurations rotate over the degree laws of `cherry
 bench planner` and the generated datasets, the models (SAGE mean/pool/lstm, GCN, GAT), 2 and 3 layers,
 and sampled and all-neighbour fanouts, plus two deep all-neighbour models (4 layers, GAT and SAGE, on

@@ -1,4 +1,4 @@
-"""Beyond host memory (issue 26, item 3): prepare and train a generated graph larger than a memory limit.
+"""Beyond host memory: prepare and train a generated graph larger than a memory limit.
 
     python -m benchmarks.large_scale [--scale 0.01] [--limit 640MiB] [--repeats 3] [--steps 20] [--ablate N]
 

@@ -2,8 +2,9 @@
 
 Each system runs through the benchmark runner in its own process (as in the workflow), writing a
 record under ``--out-dir``; the table is printed from those records: median step time (partitioning
-and block construction included), tracked peak memory, input-layer redundancy, and the ratios to
-cherry. A ``cherry@K=1`` row compares Cherry without micro-batching against stock DGL.
+and block construction included), tracked peak memory, input-layer redundancy, and the ratios to the
+systems table's subject (cherry). When a library baseline (role ``library_baseline``: DGL, PyG) runs,
+a ``cherry@K=1`` row compares the subject without micro-batching against the libraries' stock loops.
 """
 from __future__ import annotations
 
@@ -48,9 +49,10 @@ def _fmt(value, pattern: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from cherry.memory import format_size
-    from cherry.systems import is_whole_batch, system_names
+    from cherry.systems import is_whole_batch, subject_system, system_names, systems_with_role
 
     SYSTEM_NAMES = system_names()
+    me = subject_system()
 
     systems = [s for s in args.systems.split(",") if s]
     unknown = [s for s in systems if s not in SYSTEM_NAMES]
@@ -61,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = [(s, s, 1 if is_whole_batch(s) else args.microbatches) for s in systems]
-    if "cherry" in systems and "dgl" in systems:
-        runs.append(("cherry@K=1", "cherry", 1))
+    if me in systems and set(systems) & set(systems_with_role("library_baseline")):
+        runs.append((f"{me}@K=1", me, 1))  # the subject without micro-batching beside the libraries' loops
     print(f"cherry bench systems: {args.dataset}, sage-{args.aggr} H={args.hidden}, fanouts {args.fanouts}, "
           f"batch {args.batch_size}, K={args.microbatches}, device memory "
           f"{format_size(args.device_memory) if args.device_memory else 'unlimited'}, {args.threads} thread(s), "
@@ -71,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
     for label, system, k in runs:
         print(f"  running {label} ...", file=sys.stderr, flush=True)
         records[label] = _run_one(args, label.replace("@", "_").replace("=", ""), _spec(args, system, k), out_dir)
-    ref = records.get("cherry")
-    print(f"{'system':<11} {'status':<8} {'K':>3} {'step_s':>8} {'x cherry':>8} {'plan+slice_s':>12} "
-          f"{'peak':>11} {'peak/cherry':>11} {'redund.':>7}")
+    ref = records.get(me)
+    print(f"{'system':<11} {'status':<8} {'K':>3} {'step_s':>8} {'x ' + me:>8} {'plan+slice_s':>12} "
+          f"{'peak':>11} {'peak/' + me:>11} {'redund.':>7}")
     for label, rec in records.items():
         ok = rec["status"] == "ok"
         step = rec["step_time_median_s"] if ok else None

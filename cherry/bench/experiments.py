@@ -159,10 +159,11 @@ def verify_arguments(check: Mapping[str, Any], root: Optional[str] = None) -> li
 
 
 def needs_ordering(spec: Mapping[str, Any]) -> Optional[str]:
-    """The seed ordering a run computes before training (cherry with K != 1 or several ranks), or None."""
-    if spec["system"] != "cherry" or (spec["num_microbatches"] == 1 and spec.get("nproc", 1) == 1):
+    """The seed ordering a run computes before training, or None: a run whose system has an
+    ``ordering`` option (cherry's, `cherry.systems`) with K != 1 or several ranks."""
+    ordering = (spec.get("options") or {}).get("ordering")
+    if ordering is None or (spec["num_microbatches"] == 1 and spec.get("nproc", 1) == 1):
         return None
-    ordering = spec["options"]["ordering"]
     return None if ordering == "none" else ordering
 
 

@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
+from cherry.systems.table import subject_system
+
 Expansion = Iterable[tuple[Optional[str], dict]]
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -111,17 +113,18 @@ def _sensitivity(case: dict, base: dict) -> Expansion:
 
 
 def _ablation(case: dict, base: dict) -> Expansion:
-    """Cherry with all techniques on, then with each variant's options, at each K."""
+    """The subject (cherry) with all techniques on, then with each variant's options, at each K."""
     for k in case["num_microbatches"]:
         for options in [{}] + [dict(v) for v in case["variants"]]:
-            yield None, {"system": "cherry", "num_microbatches": k, "options": options}
+            yield None, {"system": subject_system(), "num_microbatches": k, "options": options}
 
 
 def _distributed(case: dict, base: dict) -> Expansion:
-    """Cherry at each K on each number of data-parallel ranks (the same logical batch each time)."""
+    """The subject (cherry) at each K on each number of data-parallel ranks (the same logical batch
+    each time)."""
     for k in case["num_microbatches"]:
         for nproc in case["nproc"]:
-            yield None, {"system": "cherry", "num_microbatches": k, "nproc": nproc}
+            yield None, {"system": subject_system(), "num_microbatches": k, "nproc": nproc}
 
 
 # The table. Untimed phases measure memory, K or accuracy, which jobs running beside them do not
@@ -143,8 +146,9 @@ PHASES: dict[str, Phase] = {p.name: p for p in (
           summary=("epoch_time",)),
 )}
 
-# Figures drawn from every run of one system, whatever its phase: figure -> system.
-SYSTEM_FIGURES: dict[str, str] = {"estimator": "cherry"}
+# Figures drawn from every run of one system, whatever its phase: figure -> system (the estimator's:
+# the subject of the systems table, cherry).
+SYSTEM_FIGURES: dict[str, str] = {"estimator": subject_system()}
 
 
 def check_new_entry(kind: str, name: str, taken: Iterable[str], value: Callable) -> None:

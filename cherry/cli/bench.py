@@ -79,10 +79,14 @@ def _register_engine(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_systems(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("systems", help="cherry vs betty, buffalo, naive, full, dgl, pyg at equal K and budget")
+    from cherry.systems.table import subject_system, system_names
+
+    names, me = system_names(), subject_system()  # the systems table's, in its order
+    others = ", ".join(n for n in names if n != me)
+    p = sub.add_parser("systems", help=f"{me} vs every other system of the table ({others}) at equal K and budget")
     add_spec_arguments(p, ("dataset", "root", "aggr", "hidden", "fanouts", "batch_size", "steps", "warmup", "device"),
                        _OWN_DEFAULTS["systems"])
-    p.add_argument("--systems", default="cherry,betty,buffalo,naive,full,dgl,pyg", help="comma-separated system names")
+    p.add_argument("--systems", default=",".join(names), help="comma-separated system names (default: every one)")
     p.add_argument("--microbatches", type=positive_int, default=8, help="K for every micro-batching system")
     p.add_argument("--device-memory", type=size_bytes, default=None, help="emulated capacity (CPU) / cap (GPU)")
     p.add_argument("--threads", type=positive_int, default=1, help="OMP/torch threads per run (default 1)")

@@ -65,8 +65,8 @@ def _terminate_cleanly():
 
 
 def _peak_rss_bytes() -> int:
-    """This process's peak resident set size so far (issue 26: prepare reports its memory high-water
-    mark, so a bounded conversion can be checked against a host's limit).
+    """This process's peak resident set size so far (prepare reports its memory high-water mark, so a
+    bounded conversion can be checked against a host's limit).
 
     Linux's ``VmHWM`` first: ``getrusage``'s ``ru_maxrss`` survives ``execve`` and so includes the RSS of
     the parent that forked this process (a large test runner's, for example), which is not ours."""

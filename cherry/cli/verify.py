@@ -5,11 +5,14 @@ the run's first (`cherry.sampling.loader`), sampled once; both gradients come fr
 those same blocks and weights. With ``--nproc N`` the comparison is N data-parallel ranks (each with
 K micro-batches, then the all-reduce) against one process with K = 1 on the same batch
 (`cherry.execution.distributed_check`), and the ranks' parameters after a step must be identical.
+``--json FILE`` also writes the result as a record (`cherry.bench.verify_record`, the schema
+``workflow/schemas/verify.schema.yaml``), which the workflow's summary reads.
 """
 from __future__ import annotations
 
 import argparse
 
+from cherry.bench.verify_record import VerifyRecord
 from cherry.cli.options import add_cherry_option, add_ordering_option, add_spec_options, spec_from_args
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,11 +21,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_ordering_option(p)
     add_cherry_option(p, "recompute")  # on: the K-micro-batch gradient recomputed layer by layer
     p.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed relative difference")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="also write the result as JSON (workflow/schemas/verify.schema.yaml)")
     p.set_defaults(func=run, _parser=p)
 
 
 def run(args: argparse.Namespace) -> int:
     import math
+    import os
 
     from cherry.data import load_dataset
     from cherry.execution.verify import compare_gradients
@@ -32,6 +38,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not (math.isfinite(args.tolerance) and args.tolerance > 0):
         raise ValueError(f"--tolerance: expected a positive number, got {args.tolerance}")
+    if args.json is not None and (not args.json or os.path.isdir(args.json)
+                                  or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
+        raise ValueError(f"--json: expected a file path in an existing directory, got {args.json!r}")
     spec = spec_from_args(args, args._parser, epochs=1)
     if spec.num_microbatches is None:
         raise ValueError("--microbatches: expected a fixed K >= 1 to compare with K = 1, got 'auto'")
@@ -41,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         if not torch.cuda.is_available():
             raise ValueError("--device: cuda was asked for, but no CUDA device is available")
     if spec.nproc > 1:
-        return _verify_distributed(spec, args.tolerance)
+        return _verify_distributed(spec, args.tolerance, args.json)
     dataset = load_dataset(spec.dataset, spec.root)
     import torch
 
@@ -62,28 +71,40 @@ def run(args: argparse.Namespace) -> int:
     recompute = "on" if spec.options.get("recompute") == "on" else "off"  # auto: a fixed K needs none
     diffs = compare_gradients(model, MemoryModel.for_model(model_spec), blocks, dataset.features, dataset.labels,
                               k, rank, spec.device, recompute=recompute)
-    width = max(len(d.name) for d in diffs)
+    record = VerifyRecord.from_differences(diffs, k, blocks.num_seeds, args.tolerance)
+    _print_parameters(record)
+    print(f"K={k}{' (recomputed)' if recompute == 'on' else ''} vs K=1 on {blocks.num_seeds} seeds: largest "
+          f"relative difference {record.max_rel_diff:.3e} ({'within' if record.within else 'ABOVE'} tolerance "
+          f"{args.tolerance:g})")
+    return _finish(record, args.json)
+
+
+def _print_parameters(record) -> None:
+    width = max(len(p.name) for p in record.parameters)
     print(f"{'parameter':<{width}}  {'max_abs_diff':>12}  {'max_rel_diff':>12}")
-    for d in diffs:
-        print(f"{d.name:<{width}}  {d.max_abs_diff:12.3e}  {d.max_rel_diff:12.3e}")
-    worst = max(d.max_rel_diff for d in diffs)
-    ok = worst <= args.tolerance
-    print(f"K={k}{' (recomputed)' if recompute == 'on' else ''} vs K=1 on {blocks.num_seeds} seeds: largest relative difference "
-          f"{worst:.3e} ({'within' if ok else 'ABOVE'} tolerance {args.tolerance:g})")
-    return 0 if ok else 1
+    for p in record.parameters:
+        print(f"{p.name:<{width}}  {p.max_abs_diff:12.3e}  {p.max_rel_diff:12.3e}")
 
 
-def _verify_distributed(spec, tolerance: float) -> int:
+def _finish(record, json_path) -> int:
+    """Write the record where ``--json`` asks; the exit status is the verdict."""
+    from cherry.bench.verify_record import write_verify_record
+
+    if json_path:
+        write_verify_record(record, json_path)
+    return 0 if record.passed else 1
+
+
+def _verify_distributed(spec, tolerance: float, json_path) -> int:
     from cherry.execution.distributed_check import compare_distributed
 
     check = compare_distributed(spec, num_steps=2)
-    width = max(len(d.name) for d in check.differences)
-    print(f"{'parameter':<{width}}  {'max_abs_diff':>12}  {'max_rel_diff':>12}")
-    for d in check.differences:
-        print(f"{d.name:<{width}}  {d.max_abs_diff:12.3e}  {d.max_rel_diff:12.3e}")
-    ok = check.max_rel_diff <= tolerance and check.parameters_identical
-    print(f"{spec.nproc} ranks (K per rank {[k[0] for k in check.rank_microbatches]}) vs one process with K=1 on "
-          f"{spec.batch_size} seeds: largest relative difference {check.max_rel_diff:.3e} "
-          f"({'within' if check.max_rel_diff <= tolerance else 'ABOVE'} tolerance {tolerance:g}); parameters "
+    ks = [k[0] for k in check.rank_microbatches]
+    record = VerifyRecord.from_differences(check.differences, max(ks), spec.batch_size, tolerance,
+                                           rank_microbatches=ks, parameters_identical=check.parameters_identical)
+    _print_parameters(record)
+    print(f"{spec.nproc} ranks (K per rank {ks}) vs one process with K=1 on "
+          f"{spec.batch_size} seeds: largest relative difference {record.max_rel_diff:.3e} "
+          f"({'within' if record.within else 'ABOVE'} tolerance {tolerance:g}); parameters "
           f"{'identical' if check.parameters_identical else 'DIFFERENT'} on every rank after 2 steps")
-    return 0 if ok else 1
+    return _finish(record, json_path)

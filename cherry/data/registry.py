@@ -82,7 +82,7 @@ SYNTH_SPECS: dict[str, SynthSpec] = {
         name="synth-products", num_nodes=2_449_029, num_edges=61_859_140, feature_dim=100, num_classes=47,
         split_sizes=_PRODUCTS_SPLIT, seed=3, feature_signal=0.23, split_by_degree=True,
     ),
-    # papers100M-shaped (issue 26): its node/edge ratio, 128 features, 172 classes, ~1.4% labelled.
+    # papers100M-shaped: its node/edge ratio, 128 features, 172 classes, ~1.4% labelled.
     # Full size is 57 GB of features; `DEFAULT_SCALE` shrinks it to 1/1000 (111k nodes, 1.6M edges).
     "synth-papers": SynthSpec(
         name="synth-papers", num_nodes=_PAPERS_NODES, num_edges=_PAPERS_EDGES, feature_dim=128,

@@ -63,10 +63,10 @@ class ExecutorOptions:
     @staticmethod
     def for_k(num_microbatches: Optional[int], budget_bytes: Optional[int] = None, **changes) -> "ExecutorOptions":
         """Options for K = ``num_microbatches`` (None: from ``budget_bytes``) with cherry's default
-        settings, read from the systems table like every spec's (`cherry.systems`), and ``changes``."""
-        from cherry.systems.table import system_entry
+        settings, read from the run schema (``$defs/cherry_options``, as every spec's), and ``changes``."""
+        from cherry.schemas import load_schema
 
-        o = system_entry("cherry").option_defaults
+        o = {key: prop["default"] for key, prop in load_schema("run")["$defs"]["cherry_options"]["properties"].items()}
         base = ExecutorOptions(num_microbatches=num_microbatches, budget_bytes=budget_bytes,
                                stage_features=o["stage_features"], pipeline=o["pipeline"], balance=o["balance"],
                                safety=o["safety"], recover_oom=num_microbatches is None,

@@ -31,7 +31,8 @@ _INDEX_BYTES_PER_ROW = 8  # slot_of: one int64 per feature row
 
 
 def residency_option(spec) -> str:
-    return spec.options.get("feature_cache", "auto") if spec.system == "cherry" else "auto"
+    """The spec's ``feature_cache`` option; "auto" for a system without one."""
+    return spec.options.get("feature_cache", "auto")
 
 
 def place_features(trainer, memory=None, costs: ResidencyCosts = ResidencyCosts()

@@ -6,7 +6,7 @@ The estimate is ``fixed_bytes + floor_bytes + scale * activation_bytes(shape)``:
   of the whole mini-batch. The caller states it (it knows the optimizer and the staging decision).
 - ``floor_bytes``: what every micro-batch costs whatever its size (allocator granularity, index
   buffers, small per-op workspaces): it dominates a tiny micro-batch, so it is modelled apart from the
-  per-count terms, or one small micro-batch would inflate the per-count scale (issue 22).
+  per-count terms, or one small micro-batch would inflate the per-count scale.
 - ``activation_bytes``: a linear function of the per-layer source/destination/edge counts, whose
   coefficients come from the model's layer widths and aggregator (what forward keeps for backward,
   plus the transient of the backward of the widest layer). It is exact in its *shape* (which counts

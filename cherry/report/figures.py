@@ -29,12 +29,14 @@ from cherry.report.plotting import plain_log_labels as _plain_log_labels
 from cherry.report.plotting import pyplot as _plt
 from cherry.report.plotting import save_figure
 from cherry.report.plotting import system_style as _style
+from cherry.systems.table import subject_system
 
 
 def _series(rows: pd.DataFrame):
-    """(system, k, label, rows) per system and K, in the table's order."""
+    """(system, k, label, rows) per system and K, in the table's order; the label is the systems
+    table's display label."""
     for (system, k), group in rows.groupby(["system", "k"], sort=False):
-        yield system, k, t.system_label(system, k), group
+        yield system, k, t.system_label(system, k, display=True), group
 
 
 def _mib(stats):
@@ -71,11 +73,12 @@ def _k_lines(frame: pd.DataFrame, figure: str, title: str, ylabel: str,
                 stats = value(series)
                 if reference_line and stats is not None:
                     color = _style(system)["color"]
-                    ax.axhline(stats[0], color=color, lw=1.2, label=f"{system} (K=1)")
+                    ax.axhline(stats[0], color=color, lw=1.2, label=f"{t.display_label(system)} (K=1)")
                     ax.axhspan(stats[1], stats[2], color=color, alpha=0.1)
                 continue
             xs = sorted(set(int(v) for v in series["k"]))
-            _errorbar(ax, xs, [value(series[series["k"] == str(x)]) for x in xs], label=system, **_style(system))
+            _errorbar(ax, xs, [value(series[series["k"] == str(x)]) for x in xs], label=t.display_label(system),
+                      **_style(system))
         if yline is not None:
             ax.axhline(yline, color="#999999", lw=0.8, ls=":")
         if ks:
@@ -179,9 +182,10 @@ def draw_sensitivity(frame: pd.DataFrame):
                 for x, s in zip(xs, subs):
                     if t.statuses(s) == "oom":
                         time_ax.scatter([x], [0], marker="x", color=_style(system)["color"])
-            budget = group[group["system"] == "cherry"]["budget_bytes"].dropna()
+            budget = group[group["system"] == subject_system()]["budget_bytes"].dropna()
             if len(budget):
-                mem_ax.axhline(float(budget.iloc[0]) / t.MIB, ls="--", color="#555555", lw=1, label="cherry budget")
+                mem_ax.axhline(float(budget.iloc[0]) / t.MIB, ls="--", color="#555555", lw=1,
+                               label=f"{t.display_label(subject_system())} budget")
             for ax in (time_ax, mem_ax):
                 ax.set_xticks(range(len(values)))
                 ax.set_xticklabels([str(v) for v in values])
@@ -197,11 +201,14 @@ def draw_sensitivity(frame: pd.DataFrame):
 
 
 def draw_ablation(frame: pd.DataFrame):
+    from matplotlib.colors import to_rgba
+
     rows = t.rows_of_figure(frame, "ablation")
     if rows.empty:
         return _no_runs("Ablation", "ablation")
     rows = rows.assign(case=[f"{c} K={k}" for c, k in zip(rows["case"], rows["k"])])
     cases = list(_by_case(rows))
+    colour = _style(subject_system())["color"]  # the ablation varies the subject's own options
     fig, axes = _grid(len(cases), 3, width=4.6, height=3.8)
     panels = (("step time (s)", t.step_time_stats), ("peak tensor memory (MiB)",
               lambda s: _mib(t.column_stats(s, "peak_tracked_bytes"))),
@@ -213,7 +220,7 @@ def draw_ablation(frame: pd.DataFrame):
             stats = [value(group[group["variant"] == v]) for v in variants]
             heights = [s[0] if s else 0.0 for s in stats]
             err = np.array([[s[0] - s[1] if s else 0 for s in stats], [s[2] - s[0] if s else 0 for s in stats]])
-            colors = ["#c0392b" if v == "all on" else "#e6b0aa" for v in variants]
+            colors = [to_rgba(colour, 1.0 if v == "all on" else 0.4) for v in variants]  # the subject's colour
             ax.bar(range(len(variants)), heights, yerr=np.clip(err, 0, None), capsize=3, color=colors)
             ax.set_xticks(range(len(variants)))
             ax.set_xticklabels(variants, rotation=35, ha="right", fontsize=7)
@@ -226,7 +233,8 @@ def draw_ablation(frame: pd.DataFrame):
 def draw_estimator(frame: pd.DataFrame):
     rows = t.estimator_rows(frame)
     if rows.empty:
-        return _empty("Memory estimator", "no cherry training-only runs with an estimated and a measured peak")
+        return _empty("Memory estimator",
+                      f"no {subject_system()} training-only runs with an estimated and a measured peak")
     fig, axes = _grid(1, 1, width=5.6, height=4.8)
     ax = axes[0][0]
     colors = _plt().get_cmap("tab10")
@@ -243,8 +251,8 @@ def draw_estimator(frame: pd.DataFrame):
     _plain_log_labels(ax)
     ax.set_xlabel("measured peak tensor memory of the run (MiB)")
     ax.set_ylabel("estimated peak of the largest micro-batch (MiB)")
-    ax.set_title(f"{len(rows)} cherry runs (no evaluation); median per-step |estimated - measured| / measured = {rel:.2f}",
-                 fontsize=9)
+    ax.set_title(f"{len(rows)} {subject_system()} runs (no evaluation); median per-step |estimated - measured| / "
+                 f"measured = {rel:.2f}", fontsize=9)
     ax.legend(fontsize=7)
     return fig
 

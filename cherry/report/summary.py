@@ -1,17 +1,19 @@
 """The headline numbers of a workflow run, as Markdown (``results/summary.md``).
 
     python -m cherry.report.summary --table runs.csv --out summary.md [--json ratios.json]
-        [--searches SEARCH.json ...] [--data-info INFO.json ...] [--] [VERIFY.txt ...]
+        [--searches SEARCH.json ...] [--data-info INFO.json ...] [--] [VERIFY.json ...]
 
-From the run table: per-step speedup of cherry over Betty and Buffalo (same case, same K), memory
-reduction over plain mini-batch training (full, DGL), time per epoch against the device capacity
-(each system at its own K; needs the datasets' info for the steps per epoch), the estimator's error,
-convergence and ablation tables, and every run that did not finish ok. From the memory wall's search
-records: each system's own K and the largest batch it trains. From the outputs of `cherry verify`
-(one text file per check): the gradient-equivalence error. Ratios use medians of measured steps
-(warm-up excluded) pooled over repeats, with the hierarchical interval of `cherry.report.stats`; a
-missing or failed run leaves its cell as "-". ``--json`` writes every timed ratio with its interval
-and verdict (``{"ratios": [{"key", "section", "value", "low", "high", "verdict", ...}]}``), which
+From the run table: per-step speedup of the subject (cherry) over every other micro-batcher (same
+case, same K), memory reduction over plain mini-batch training (the whole-batch systems and the
+libraries' baselines; who is which is the systems table's roles, `cherry.systems`), time per epoch
+against the device capacity (each system at its own K; needs the datasets' info for the steps per
+epoch), the estimator's error, convergence and ablation tables, and every run that did not finish
+ok. From the memory wall's search records: each system's own K and the largest batch it trains.
+From the records of `cherry verify --json` (one per check, `cherry.bench.verify_record`): the
+gradient-equivalence error. Ratios use medians of measured steps (warm-up excluded) pooled over
+repeats, with the hierarchical interval of `cherry.report.stats`; a missing or failed run leaves its
+cell as "-". ``--json`` writes every timed ratio with its interval and verdict
+(``{"ratios": [{"key", "section", "value", "low", "high", "verdict", ...}]}``), which
 `cherry.report.compare_verdicts` compares between two workflow runs. The sections are `SECTIONS`;
 which experiment phases feed each is the experiment table (`cherry.bench.phases`).
 """
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,35 +30,8 @@ from typing import Callable, Optional
 import pandas as pd
 
 from cherry.report import tables as t
+from cherry.systems.table import WHOLE_BATCH_ROLES, subject_system, system_entry, systems_with_role
 from cherry.report.stats import MIN_RUNS, NOISE_MARGIN, median_ratio
-
-# `cherry verify` ("K=4 vs K=1 on ...") and `cherry verify --nproc N` ("2 ranks (K per rank [2, 2]) vs one
-# process with K=1 on ..."; K is then the largest per-rank K)
-VERIFY_LINE = re.compile(r"(?:K=(?P<k>\d+)|\d+ ranks \(K per rank \[(?P<ks>[\d, ]+)\]\)) vs (?:one process with )?"
-                         r"K=1 on (?P<seeds>\d+) seeds: largest relative difference "
-                         r"(?P<rel>\S+) \((?P<verdict>within|ABOVE) tolerance (?P<tol>\S+)\)")
-
-
-def parse_verify(text: str) -> dict:
-    """The verdict line of `cherry verify` as numbers (ValueError if the text has none)."""
-    match = None
-    for line in text.splitlines():
-        match = VERIFY_LINE.search(line) or match
-    if match is None:
-        raise ValueError("no 'K=.. vs K=1 on .. seeds: largest relative difference ..' line in the verify output")
-    abs_diffs = []
-    for line in text.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) == 3:
-            try:
-                abs_diffs.append(float(parts[1]))
-            except ValueError:
-                pass
-    k = int(match["k"]) if match["k"] else max(int(v) for v in match["ks"].split(","))
-    return {"k": k, "seeds": int(match["seeds"]), "max_rel_diff": float(match["rel"]),
-            "max_abs_diff": max(abs_diffs) if abs_diffs else None, "tolerance": float(match["tol"]),
-            "within": match["verdict"] == "within"}
-
 
 def _fmt(value: Optional[float], digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -107,23 +81,33 @@ def _ratio_text(r) -> str:
     return r.text() if r is not None else "-"
 
 
+def _present(rows: pd.DataFrame, names) -> list[str]:
+    """The systems of ``names`` (in the systems table's order) that have rows in ``rows``."""
+    found = set(rows["system"])
+    return [s for s in names if s in found]
+
+
 def speedup_section(frame: pd.DataFrame, ratios: Optional[list] = None) -> list[str]:
+    """Per case and K: the subject's median step time and every other micro-batcher's time ratio to it
+    (the systems table's roles decide who is compared)."""
     rows = t.rows_of_section(frame, "step_time")
-    out, verdicts = [], {"betty": [], "buffalo": [], "naive": []}
+    me = subject_system()
+    others = _present(rows, systems_with_role("micro_batcher"))
+    out, verdicts = [], {s: [] for s in others}
     for (experiment, case, k), group in rows.groupby(["experiment", "case", "k"], sort=False):
-        if k in ("1", "auto") or "cherry" not in set(group["system"]):
+        if k in ("1", "auto") or me not in set(group["system"]):
             continue
-        mine = group[group["system"] == "cherry"]
+        mine = group[group["system"] == me]
         cells = [experiment, case, k, _fmt(_median_time(mine))]
-        for s in ("betty", "buffalo", "naive"):
+        for s in others:
             r = _time_ratio(group[group["system"] == s], mine)
             verdicts[s].append(r.verdict if r is not None else "too few steps")
             if r is not None and ratios is not None:
-                ratios.append(_ratio_entry("step_time", f"{experiment} | {case} | K={k} | {s}/cherry", r, r.verdict))
+                ratios.append(_ratio_entry("step_time", f"{experiment} | {case} | K={k} | {s}/{me}", r, r.verdict))
             cells += [_ratio_text(r), r.verdict if r is not None else "-"]
         out.append(cells)
-    head = ["## Step time: cherry vs Betty, Buffalo and naive micro-batching (same batch, same K)", "",
-            "Ratio = other / cherry of median step times (per-step times pooled over repeats, warm-up "
+    head = [f"## Step time: {me} vs the other micro-batchers ({_labels(others) or 'none'}; same batch, same K)", "",
+            f"Ratio = other / {me} of median step times (per-step times pooled over repeats, warm-up "
             f"excluded), {INTERVAL_TEXT}.", ""]
     counts = []
     for s, v in verdicts.items():
@@ -132,23 +116,33 @@ def speedup_section(frame: pd.DataFrame, ratios: Optional[list] = None) -> list[
                           if v.count(word))
         counts.append(f"{s}: {tally or 'no rows'}")
     head += ["Verdicts over the rows below: " + "; ".join(counts) + ".", ""]
-    return head + _table(["experiment", "case", "K", "cherry s", "betty/cherry", "verdict", "buffalo/cherry",
-                          "verdict", "naive/cherry", "verdict"], out)
+    header = ["experiment", "case", "K", f"{me} s"] + [c for s in others for c in (f"{s}/{me}", "verdict")]
+    return head + _table(header, out)
+
+
+def _labels(names: list[str]) -> str:
+    """"Betty, Buffalo and naive": the systems' display labels (systems table) in words."""
+    labels = [system_entry(n).label for n in names]
+    return " and ".join(filter(None, [", ".join(labels[:-1]), labels[-1]])) if labels else ""
 
 
 def memory_section(frame: pd.DataFrame) -> list[str]:
+    """Per case: each whole-batch system's peak (plain mini-batch and the libraries', by the systems
+    table's roles) against the subject's at each of its K."""
     rows = t.rows_of_section(frame, "memory")
+    me = subject_system()
+    plain = _present(rows, systems_with_role(*WHOLE_BATCH_ROLES))
     out = []
     for (experiment, case), group in rows.groupby(["experiment", "case"], sort=False):
-        refs = {s: _median_peak_mib(group[group["system"] == s]) for s in ("full", "dgl")}
-        for k, sub in group[group["system"] == "cherry"].groupby("k", sort=False):
+        refs = {s: _median_peak_mib(group[group["system"] == s]) for s in plain}
+        for k, sub in group[group["system"] == me].groupby("k", sort=False):
             mine = _median_peak_mib(sub)
-            out.append([experiment, case, k, _fmt(refs["full"]), _fmt(refs["dgl"]), _fmt(mine),
-                        _fmt(_ratio(refs["full"], mine)), _fmt(_ratio(refs["dgl"], mine))])
-    head = ["## Peak memory: plain mini-batch (full, DGL) vs cherry", "",
-            "Peak tensor memory in MiB; reduction = plain / cherry (> 1: cherry needs less).", ""]
-    return head + _table(["experiment", "case", "cherry K", "full MiB", "dgl MiB", "cherry MiB", "full/cherry",
-                          "dgl/cherry"], out)
+            out.append([experiment, case, k, *(_fmt(refs[s]) for s in plain), _fmt(mine),
+                        *(_fmt(_ratio(refs[s], mine)) for s in plain)])
+    head = [f"## Peak memory: plain mini-batch ({_labels(plain) or 'none'}) vs {me}", "",
+            f"Peak tensor memory in MiB; reduction = plain / {me} (> 1: {me} needs less).", ""]
+    return head + _table(["experiment", "case", f"{me} K", *(f"{s} MiB" for s in plain), f"{me} MiB",
+                          *(f"{s}/{me}" for s in plain)], out)
 
 
 def _wall_note(r) -> str:
@@ -244,16 +238,21 @@ def epoch_time_section(frame: pd.DataFrame, sizes: dict[str, int]) -> list[str]:
 
 
 def verify_section(paths: list[str]) -> list[str]:
+    """One row per `cherry verify --json` record (named by its file); an unreadable one says why."""
+    from cherry.bench.verify_record import read_verify_record
+
     out = []
     for path in paths:
         name = Path(path).stem
         try:
-            v = parse_verify(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            v = read_verify_record(path)
+        except ValueError as exc:
             out.append([name, "-", "-", "-", "-", f"unreadable: {exc}"])
             continue
-        out.append([name, v["k"], v["seeds"], _fmt(v["max_rel_diff"]), _fmt(v["max_abs_diff"]),
-                    f"{'within' if v['within'] else 'ABOVE'} {v['tolerance']:g}"])
+        verdict = f"{'within' if v.within else 'ABOVE'} {v.tolerance:g}"
+        if v.parameters_identical is False:
+            verdict += "; ranks' parameters DIFFERENT"
+        out.append([name, v.num_microbatches, v.num_seeds, _fmt(v.max_rel_diff), _fmt(v.max_abs_diff), verdict])
     return ["## Gradient equivalence (`cherry verify`: K micro-batches vs the whole batch)", ""] + _table(
         ["check", "K", "seeds", "largest relative difference", "largest absolute difference", "tolerance"], out)
 
@@ -261,11 +260,11 @@ def verify_section(paths: list[str]) -> list[str]:
 def estimator_section(frame: pd.DataFrame) -> list[str]:
     rows = t.estimator_rows(frame)
     if rows.empty:
-        return ["## Memory estimator", "", "(no cherry runs with an estimate)", ""]
+        return ["## Memory estimator", "", f"(no {subject_system()} runs with an estimate)", ""]
     step = rows["estimator_step_rel_error"].dropna() if "estimator_step_rel_error" in rows else rows.iloc[0:0]
     inner = rows["estimator_median_rel_error"].dropna()
     return ["## Memory estimator", "",
-            f"{len(rows)} cherry runs without evaluation, measured steps only (the warm-up's plans use the "
+            f"{len(rows)} {subject_system()} runs without evaluation, measured steps only (the warm-up's plans use the "
             f"uncalibrated model): median over runs of |the plan's largest micro-batch estimate - the step's "
             f"largest measured micro-batch peak| / that peak = {_fmt(step.median() if len(step) else None)}; "
             f"per-micro-batch median error reported by the runs: {_fmt(inner.median() if len(inner) else None)}.", ""]
@@ -322,7 +321,7 @@ def status_section(frame: pd.DataFrame) -> list[str]:
 @dataclass(frozen=True)
 class SummaryInputs:
     """What a section reads: the run table, the memory wall's searches, each dataset's training-set
-    size, the `cherry verify` outputs, and the list that collects every timed ratio (or None)."""
+    size, the `cherry verify --json` records, and the list that collects every timed ratio (or None)."""
 
     frame: pd.DataFrame
     searches: pd.DataFrame
@@ -391,7 +390,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from cherry.io import write_bytes_atomic
 
     parser = argparse.ArgumentParser(prog="python -m cherry.report.summary", description=__doc__.splitlines()[0])
-    parser.add_argument("verify", nargs="*", help="outputs of `cherry verify` (one per check)")
+    parser.add_argument("verify", nargs="*", help="records of `cherry verify --json` (one per check)")
     t.add_report_inputs(parser)
     parser.add_argument("--out", required=True, help="Markdown file to write")
     parser.add_argument("--json", default=None, help="also write every timed ratio and its verdict here")

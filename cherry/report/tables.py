@@ -234,15 +234,27 @@ def epoch_time_stats(rows: pd.DataFrame, train_size: int) -> Optional[tuple[floa
 
 
 def estimator_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """Ok cherry runs with an estimated and a measured peak, training only: a run that evaluates
-    peaks during layer-wise inference, which the training estimate does not model."""
-    rows = ok_rows(frame[(frame["system"] == "cherry") & ~frame["evaluate"].astype(bool)])
+    """Ok runs of the subject (the systems table's, cherry) with an estimated and a measured peak,
+    training only: a run that evaluates peaks during layer-wise inference, which the training estimate
+    does not model."""
+    from cherry.systems.table import subject_system
+
+    rows = ok_rows(frame[(frame["system"] == subject_system()) & ~frame["evaluate"].astype(bool)])
     return rows[rows["estimated_peak_bytes"].notna() & rows["peak_tracked_bytes"].notna()]
 
 
-def system_label(system: str, k: str) -> str:
-    """"cherry (K=auto)" for micro-batching systems, the bare name for K=1 systems."""
-    return system if is_whole_batch_system(system) else f"{system} (K={k})"
+def display_label(system: str) -> str:
+    """The systems table's display label of ``system`` ("Betty", "full batch"); an unknown name as is."""
+    from cherry.systems.table import system_entry, system_names
+
+    return system_entry(system).label if system in system_names() else system
+
+
+def system_label(system: str, k: str, display: bool = False) -> str:
+    """"cherry (K=auto)" for micro-batching systems, the bare name for K=1 systems; with ``display``
+    the table's label in place of the name ("Cherry (K=auto)", "full batch"), as figures show it."""
+    name = display_label(system) if display else system
+    return name if is_whole_batch_system(system) else f"{name} (K={k})"
 
 
 def is_whole_batch_system(system: str) -> bool:

@@ -32,7 +32,7 @@ def draw_memory_wall(searches: pd.DataFrame):
         cap_mib = float(capacity.iloc[0]) / t.MIB if len(capacity) else None
         batches = []
         for r in group.itertuples():
-            style, label = _style(r.system), t.system_label(r.system, r.k)
+            style, label = _style(r.system), t.system_label(r.system, r.k, display=True)
             fitted = sorted((p["batch_size"], p["peak_tracked_bytes"] / t.MIB) for p in r.probes
                             if p["status"] == "ok" and p["peak_tracked_bytes"] is not None)
             failed = [p["batch_size"] for p in r.probes if p["status"] == "oom" and not p.get("oom_single_seed")]
@@ -63,7 +63,7 @@ def draw_memory_wall(searches: pd.DataFrame):
         ax.set_ylabel("peak tensor memory (MiB)")
         ax.set_title(case, fontsize=9)
         ax.legend(fontsize=7)
-        labels = [t.system_label(s, k) for s, k in zip(group["system"], group["k"])]
+        labels = [t.system_label(s, k, display=True) for s, k in zip(group["system"], group["k"])]
         values = [0 if v is None or pd.isna(v) else int(v) for v in group["largest_fit_batch"]]
         bars = bar_ax.barh(labels, values, color=[_style(s)["color"] for s in group["system"]])
         for bar, r in zip(bars, group.itertuples()):
@@ -99,7 +99,7 @@ def draw_epoch_time(frame: pd.DataFrame, sizes: dict[str, int]):
             style = _style(system)
             stats = [t.epoch_time_stats(series[series["device_memory_bytes"] == c], size) for c in capacities]
             xs = [c / t.MIB for c in capacities]
-            _errorbar(ax, xs, stats, label=t.system_label(system, k), **style)
+            _errorbar(ax, xs, stats, label=t.system_label(system, k, display=True), **style)
             for x, c in zip(xs, capacities):
                 sub = series[series["device_memory_bytes"] == c]
                 if t.statuses(sub) == "oom":

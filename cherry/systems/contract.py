@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import abc
 import importlib
+import sys
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import torch
 
 from cherry.data import Dataset
 from cherry.sampling import LoadedBatch
-from cherry.spec import RunSpec
 from cherry.systems.table import system_entry
+
+if TYPE_CHECKING:  # the spec reads the systems table; at run time the contract must not import it back
+    from cherry.spec import RunSpec
 
 # A missing module under these roots is a bug in the repository, not a missing optional dependency.
 _OWN_PACKAGES = ("cherry", "baselines")
@@ -66,7 +69,9 @@ class System(abc.ABC):
     def __init__(self, dataset: Dataset, spec: RunSpec, device: torch.device, memory, probe) -> None:
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset must be a cherry.data.Dataset, got {type(dataset).__name__}")
-        if not isinstance(spec, RunSpec):
+        # a RunSpec exists only once cherry.spec is imported, so the class is looked up, not imported
+        run_spec = getattr(sys.modules.get("cherry.spec"), "RunSpec", None)
+        if run_spec is None or not isinstance(spec, run_spec):
             raise TypeError(f"spec must be a cherry.spec.RunSpec, got {type(spec).__name__}")
         self.dataset = dataset
         self.spec = spec

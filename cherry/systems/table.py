@@ -1,16 +1,17 @@
 """The systems table: every benchmarked system, once — the one place a new system is registered.
 
-An entry says what the rest of the project needs to know about a system without importing it:
-its name, whether it trains the logical batch whole (K is then always 1) or in micro-batches, its
-colour and marker in every figure, the module whose ``SYSTEM`` attribute is its `System` class
-(imported only when asked for, so a run of one system never imports another's dependencies and a
-missing third-party package becomes a skipped run), and the JSON schema of its ``options`` (each
-property's ``default`` is the option's only default).
+An entry says what the rest of the project needs to know about a system without importing it: its
+name; its role (`ROLES`), which decides what the summary, the figures and `cherry bench systems`
+compare it with; its display label, colour and marker in every table and figure; the module whose
+``SYSTEM`` attribute is its `System` class (imported only when asked for, so a run of one system never
+imports another's dependencies and a missing third-party package becomes a skipped run); and the JSON
+schema of its ``options`` (each property's ``default`` is the option's only default; cherry's are the
+run schema's ``$defs/cherry_options``).
 
 Adding a system: write ``baselines/<name>/`` with ``SYSTEM = <class>`` (a `cherry.systems.contract.System`)
-and call `register_system` here (or, for code outside this repository, before building specs).
-`cherry.systems.get_system` imports a registered system's class. This module imports nothing of
-Cherry's (`cherry.spec` reads it), so the contract, which takes a `cherry.spec.RunSpec`, lives apart.
+and call `register_system` here (or, for code outside this repository, before building specs); no
+other module names it. `cherry.systems.get_system` imports a registered system's class. This module
+imports only `cherry.schemas` of Cherry's, so `cherry.spec` and the engine read it without a cycle.
 """
 from __future__ import annotations
 
@@ -19,28 +20,41 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from cherry.planning.ordering import ORDERINGS  # the one list of orderings
-from cherry.planning.residency import RESIDENCY_MODES
+from cherry.schemas import load_schema
+
+# What a system is in the comparison. "subject": the system the benchmark evaluates (exactly one;
+# it micro-batches, K fixed or from the budget); "micro_batcher": a baseline that trains the logical
+# batch in K micro-batches; "whole_batch": plain mini-batch training (K = 1); "library_baseline": a
+# graph library's stock mini-batch training (K = 1).
+ROLES = ("subject", "micro_batcher", "whole_batch", "library_baseline")
+WHOLE_BATCH_ROLES = ("whole_batch", "library_baseline")
 
 
 @dataclass(frozen=True)
 class SystemEntry:
-    """One row of the systems table (see module docstring)."""
+    """One row of the systems table (see module docstring). ``label`` defaults to the name."""
 
     name: str
     module: str
-    whole_batch: bool
+    role: str
     colour: str
     marker: str
     label: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)  # option -> JSON schema (with "default")
 
     def __post_init__(self) -> None:
-        if not self.name.isidentifier() or self.name != self.name.lower():
+        if not isinstance(self.name, str) or not self.name.isidentifier() or self.name != self.name.lower():
             raise ValueError(f"system name {self.name!r} must be a lower-case identifier")
+        if self.role not in ROLES:
+            raise ValueError(f"system {self.name!r}: role {self.role!r} is not one of {', '.join(ROLES)}")
         object.__setattr__(self, "options", MappingProxyType(copy.deepcopy(dict(self.options))))
         if not self.label:
             object.__setattr__(self, "label", self.name)
+
+    @property
+    def whole_batch(self) -> bool:
+        """Trains each logical batch in one piece (K is always 1)."""
+        return self.role in WHOLE_BATCH_ROLES
 
     @property
     def option_defaults(self) -> dict[str, Any]:
@@ -51,31 +65,10 @@ class SystemEntry:
         return {"type": "object", "additionalProperties": False, "properties": copy.deepcopy(dict(self.options))}
 
 
-_CHERRY_OPTIONS = {
-    "ordering": {"enum": list(ORDERINGS), "default": "metis",
-                 "description": "seed ordering for locality (contiguous splits)"},
-    "balance": {"enum": ["memory", "count"], "default": "memory",
-                "description": "balance micro-batches by estimated bytes or by seed count"},
-    "stage_features": {"type": "boolean", "default": True,
-                       "description": "gather each input feature row once per mini-batch (GPU)"},
-    "pipeline": {"type": "boolean", "default": True, "description": "prepare micro-batch k+1 while k computes"},
-    "native_ops": {"type": "boolean", "default": True,
-                   "description": "false: CHERRY_NO_EXT=1, the pure-PyTorch reference ops"},
-    "safety": {"type": "number", "minimum": 0, "exclusiveMaximum": 1, "default": 0.1,
-               "description": "fraction of the budget kept free when choosing K"},
-    # none by default: on the CPU's emulated device a cache saves no real transfer; a GPU run whose
-    # features do not fit asks for auto (which plans only the sizes that could win: ~1.3 s of a
-    # 2,048-seed synth-products run's start)
-    "feature_cache": {"enum": list(RESIDENCY_MODES), "default": "none",
-                      "description": "input features on the device: auto (a cache of the hottest rows sized with K "
-                                     "by the planner, all rows when they fit), none, all"},
-    "recompute": {"enum": ["auto", "on", "off"], "default": "auto",
-                  "description": "per-layer activation recomputation: auto (only when one seed per micro-batch "
-                                 "does not fit), on, off"},
-    "exactness_check": {"type": "string", "pattern": "^(first-step|off|every:[1-9][0-9]*)$", "default": "first-step",
-                        "description": "partition invariance of the gradient, checked by the engine before the "
-                                       "optimizer step: first-step, every:N (steps), off"},
-}
+def cherry_option_schemas() -> dict[str, Any]:
+    """Cherry's options (option -> JSON schema with its default): the run schema's ``$defs/cherry_options``."""
+    return copy.deepcopy(load_schema("run")["$defs"]["cherry_options"]["properties"])
+
 
 # As released by default (see baselines/betty/system.py and baselines/buffalo/system.py).
 _BETTY_OPTIONS = {
@@ -93,24 +86,29 @@ _TABLE: dict[str, SystemEntry] = {}
 
 
 def register_system(entry: SystemEntry) -> SystemEntry:
-    """Add ``entry`` to the table (ValueError if its name is taken by a different entry)."""
+    """Add ``entry`` to the table (ValueError if its name is taken by a different entry, or if it is a
+    second ``"subject"``)."""
     if not isinstance(entry, SystemEntry):
         raise TypeError(f"expected a SystemEntry, got {type(entry).__name__}")
     known = _TABLE.get(entry.name)
     if known is not None and known != entry:
         raise ValueError(f"system {entry.name!r} is already registered (module {known.module})")
+    subjects = [e.name for e in _TABLE.values() if e.role == "subject" and e.name != entry.name]
+    if entry.role == "subject" and subjects:
+        raise ValueError(f"system {entry.name!r}: the table's subject is already {subjects[0]!r} (expected one)")
     _TABLE[entry.name] = entry
     return entry
 
 
 for _entry in (
-    SystemEntry("cherry", "cherry.systems.cherry_system", False, "#c0392b", "o", "Cherry", _CHERRY_OPTIONS),
-    SystemEntry("full", "baselines.full", True, "#222222", "s", "full batch"),
-    SystemEntry("dgl", "baselines.dgl", True, "#2471a3", "D", "DGL"),
-    SystemEntry("pyg", "baselines.pyg", True, "#17a2b8", "P", "PyG"),
-    SystemEntry("naive", "baselines.naive", False, "#7f8c8d", "v", "naive"),
-    SystemEntry("betty", "baselines.betty", False, "#229954", "^", "Betty", _BETTY_OPTIONS),
-    SystemEntry("buffalo", "baselines.buffalo", False, "#d68910", "<", "Buffalo", _BUFFALO_OPTIONS),
+    SystemEntry("cherry", "cherry.execution.cherry_system", "subject", "#c0392b", "o", "Cherry",
+                cherry_option_schemas()),
+    SystemEntry("full", "baselines.full", "whole_batch", "#222222", "s", "full batch"),
+    SystemEntry("dgl", "baselines.dgl", "library_baseline", "#2471a3", "D", "DGL"),
+    SystemEntry("pyg", "baselines.pyg", "library_baseline", "#17a2b8", "P", "PyG"),
+    SystemEntry("naive", "baselines.naive", "micro_batcher", "#7f8c8d", "v", "naive"),
+    SystemEntry("betty", "baselines.betty", "micro_batcher", "#229954", "^", "Betty", _BETTY_OPTIONS),
+    SystemEntry("buffalo", "baselines.buffalo", "micro_batcher", "#d68910", "<", "Buffalo", _BUFFALO_OPTIONS),
 ):
     register_system(_entry)
 
@@ -133,3 +131,20 @@ def system_entry(name: str) -> SystemEntry:
 def is_whole_batch(name: str) -> bool:
     """True for a system that trains each logical batch in one piece (K = 1)."""
     return system_entry(name).whole_batch
+
+
+def systems_with_role(*roles: str) -> tuple[str, ...]:
+    """The registered systems whose role is one of ``roles``, in registration order (ValueError for a
+    role not in `ROLES`)."""
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown:
+        raise ValueError(f"unknown role {unknown[0]!r}; expected one of {', '.join(ROLES)}")
+    return tuple(name for name, entry in _TABLE.items() if entry.role in roles)
+
+
+def subject_system() -> str:
+    """The name of the system the benchmark evaluates (the one entry of role ``"subject"``)."""
+    subjects = systems_with_role("subject")
+    if len(subjects) != 1:
+        raise LookupError(f"the systems table has {len(subjects)} subjects: expected exactly one")
+    return subjects[0]

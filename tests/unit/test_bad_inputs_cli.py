@@ -1,4 +1,4 @@
-"""Bad input at the CLI and the runner: one line, the promised exit code, before any work (issue 14).
+"""Bad input at the CLI and the runner: one line, the promised exit code, before any work.
 
 Each case is a row of tests/BAD_INPUTS.md. The commands run in-process (`cherry.cli.main`,
 `cherry.bench.run.main`), so a traceback would fail the test as an exception rather than pass as text.
@@ -31,6 +31,7 @@ def one_line_error(capsys) -> str:
     (["train", *TINY, "--epochs", "0"], ["--epochs", "0"]),
     (["verify", *TINY, "--microbatches", "2", "--tolerance", "-1"], ["--tolerance", "-1"]),
     (["train", *TINY, "--model", "gcn", "--aggr", "lstm"], ["--aggr", "lstm"]),
+    (["verify", *TINY, "--microbatches", "2", "--json", "/no/such/dir/v.json"], ["--json", "/no/such/dir"]),
 ])
 def test_bad_values_are_one_line_errors_naming_the_option(argv, words, data_root, capsys):
     assert main([*argv, "--root", str(data_root)]) == 2

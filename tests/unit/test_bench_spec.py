@@ -50,6 +50,22 @@ def test_defaults_come_from_the_schema_and_round_trip():
     assert dict(_spec(system="betty", num_microbatches=2).options) == {"weighted_reg": False, "num_re_partition": 0}
 
 
+def test_cherrys_options_are_the_run_schemas_and_the_executors_defaults_are_the_specs():
+    """One place for cherry's option defaults: the run schema's ``$defs/cherry_options``. Its enums are
+    the engine's lists; `ExecutorOptions.for_k` (no spec) and `from_spec` (a default spec) agree."""
+    from cherry.execution import ExecutorOptions
+    from cherry.planning.ordering import ORDERINGS
+    from cherry.planning.residency import RESIDENCY_MODES
+    from cherry.schemas import load_schema
+
+    schema = load_schema("run")["$defs"]["cherry_options"]["properties"]
+    assert dict(system_entry("cherry").options) == schema
+    assert schema["ordering"]["enum"] == list(ORDERINGS)
+    assert schema["feature_cache"]["enum"] == list(RESIDENCY_MODES)
+    spec = _spec(num_microbatches=4)
+    assert ExecutorOptions.for_k(4, dropout_seed=spec.seed) == ExecutorOptions.from_spec(spec, None)
+
+
 def test_sizes_accept_strings_and_auto_means_none():
     spec = _spec(num_microbatches="auto", device_memory_bytes="1MiB", budget_bytes=1000)
     assert spec.device_memory_bytes == 1 << 20 and spec.budget_bytes == 1000 and spec.num_microbatches is None

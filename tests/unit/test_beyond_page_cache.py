@@ -1,4 +1,4 @@
-"""Training from a memory-mapped cache beyond the page cache (issue 26, item 3): sorted row gathers give
+"""Training from a memory-mapped cache beyond the page cache: sorted row gathers give
 the same rows, and only tables memory-mapped from a file take that path."""
 from __future__ import annotations
 

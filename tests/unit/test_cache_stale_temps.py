@@ -1,4 +1,4 @@
-"""A killed `cherry data prepare` leaves no temporary folder behind once prepare runs again (issue 14).
+"""A killed `cherry data prepare` leaves no temporary folder behind once prepare runs again.
 
 The temporary siblings of a cache carry their writer's host and pid (`cherry.data.cache.temp_sibling`);
 `remove_stale_temps` deletes those whose writer is dead and keeps live or foreign writers' ones.

@@ -1,4 +1,4 @@
-"""The memory wall's largest-batch search (cherry.bench.capacity, cherry.bench.capacity_run), issue 11."""
+"""The memory wall's largest-batch search (cherry.bench.capacity, cherry.bench.capacity_run)."""
 from __future__ import annotations
 
 import json

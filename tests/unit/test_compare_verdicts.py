@@ -1,4 +1,4 @@
-"""Comparing the verdicts of two workflow runs' summary.json (cherry.report.compare_verdicts), issue 11."""
+"""Comparing the verdicts of two workflow runs' summary.json (cherry.report.compare_verdicts)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Bounded-memory prepare (issue 26, item 3): the streamed pieces equal their in-memory versions, and a
+"""Bounded-memory prepare: the streamed pieces equal their in-memory versions, and a
 prepare's peak resident memory does not grow with the data (measured from outside, in a child)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bounded prepare of a directory in OGB's CSV layout, by path (issue 26, item 3): the streamed cache
+"""Bounded prepare of a directory in OGB's CSV layout, by path: the streamed cache
 is byte for byte the whole-read converter's, and a prepare's peak resident memory does not grow with
 the data (measured from outside, in a child, as in test_data_bounded.py)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""synth-papers: the papers100M-shaped generated dataset (issue 26, item 4), written and read without
+"""synth-papers: the papers100M-shaped generated dataset, written and read without
 the `ogb` package, and `cherry data prepare`'s peak resident memory, measured from outside."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""On a GPU: the CUDA path's faults found by reading (issue 27), each fixed and also tested on the CPU
+"""On a GPU: the CUDA path's faults found by reading, each fixed and also tested on the CPU
 side (test_stream_order.py, test_planner_host.py, test_layouts_when_read.py):
 - labels read on the side stream with staging off, under ``TORCH_CUDA_SANITIZER=1`` (a subprocess);
 - `refine_groups` at K = 2,500 (above the default 48 KiB of shared memory) equals the CPU kernel, and

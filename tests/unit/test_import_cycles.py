@@ -1,6 +1,9 @@
 """No import cycles in `cherry/`: every import statement of every module (module level and inside
 functions alike, since a deferred import is still a dependency; ``if TYPE_CHECKING:`` blocks excepted)
-is an edge, and the graph must have no strongly connected component of two or more modules.
+is an edge, and the graph must have no strongly connected component of two or more modules. The same
+holds one level up: with every module folded into its package (``cherry.execution.trainer`` into
+``cherry.execution``; a top-level module such as ``cherry.spec`` is its own node), the packages form
+no cycle either, so the layers (spec, systems, execution, ...) stack one way.
 
 ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b``; a package's
 ``__init__`` is the module of its name. Parents imported implicitly by Python are not edges.
@@ -112,6 +115,55 @@ def test_cherry_has_no_import_cycles():
     cycles = import_cycles(graph)
     described = ["; ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in cycles]
     assert not cycles, "import cycles in cherry/:\n" + "\n".join(described)
+
+
+def package_of(module: str, depth: int = 2) -> str:
+    """The first ``depth`` dotted parts of ``module``: ``cherry.execution`` for ``cherry.execution.trainer``."""
+    return ".".join(module.split(".")[:depth])
+
+
+def package_graph(graph: dict[str, set[str]], depth: int = 2) -> dict[str, set[str]]:
+    """``graph`` with every module folded into its package (`package_of`); an edge inside one package
+    is dropped."""
+    def package(module: str) -> str:
+        return package_of(module, depth)
+
+    folded: dict[str, set[str]] = {package(m): set() for m in graph}
+    for module, deps in graph.items():
+        folded[package(module)].update(package(d) for d in deps if package(d) != package(module))
+    return folded
+
+
+def test_cherrys_packages_have_no_import_cycles():
+    graph = import_graph(REPO, "cherry")
+    packages = package_graph(graph)
+    assert {"cherry.spec", "cherry.systems", "cherry.execution"} <= set(packages)
+    cycles = import_cycles(packages)
+    why = []
+    for cycle in cycles:  # each package edge of the cycle with the module imports behind it
+        for a in cycle:
+            for b in sorted(packages[a] & set(cycle)):
+                pairs = sorted(f"{m} -> {d}" for m, ds in graph.items() if package_of(m) == a
+                               for d in ds if package_of(d) == b)
+                why.append(f"{a} -> {b}: {', '.join(pairs)}")
+    assert not cycles, "package-level import cycles in cherry/:\n" + "\n".join(why)
+
+
+def test_the_package_walk_finds_a_cycle_that_no_module_forms(tmp_path):
+    """spec -> systems.table, systems.contract -> spec: no module cycle, but a package cycle."""
+    pkg = tmp_path / "toy"
+    (pkg / "systems").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "systems" / "__init__.py").write_text("")
+    (pkg / "spec.py").write_text("from toy.systems.table import x\n")
+    (pkg / "systems" / "table.py").write_text("x = 1\n")
+    (pkg / "systems" / "contract.py").write_text("from toy.spec import y\n")
+    graph = import_graph(tmp_path, "toy")
+    assert import_cycles(graph) == []
+    assert import_cycles(package_graph(graph)) == [["toy.spec", "toy.systems"]]
+    (pkg / "systems" / "contract.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from toy.spec import y\n")
+    assert import_cycles(package_graph(import_graph(tmp_path, "toy"))) == []
 
 
 @pytest.mark.parametrize("function_level", [False, True])

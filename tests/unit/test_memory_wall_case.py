@@ -1,4 +1,4 @@
-"""The memory wall's case where K alone stops (issue 22, item 7), at a tiny size: real searches.
+"""The memory wall's case where K alone stops, at a tiny size: real searches.
 
 A 4-layer all-neighbour GAT on synth-tiny (hidden 8, 2 heads): the hops reach most of the graph from
 any seed, so a micro-batch of one seed is almost as large as the whole batch. Under 6.5 MiB (measured

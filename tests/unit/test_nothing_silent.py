@@ -1,4 +1,4 @@
-"""Nothing silent, nothing lost (issue 25): finite numbers in every schema and option, divergence as a
+"""Nothing silent, nothing lost: finite numbers in every schema and option, divergence as a
 one-line result, one error boundary for every entry point, finished work kept when a write or a later
 step fails. Each case is a row of tests/BAD_INPUTS.md; commands run in-process where they can, so a
 traceback fails the test as an exception instead of passing as text.

@@ -16,7 +16,7 @@ from cherry.systems import system_entry
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted((ROOT / "cherry").rglob("*.py"))
-# torch.optim.Adam is built in these places until the optimizer factory (issue 23) takes them over;
+# torch.optim.Adam is built in these places until the optimizer factory takes them over;
 # a new one must go through that factory, not here.
 ADAM_BUILDERS_AT_MOST = 2
 

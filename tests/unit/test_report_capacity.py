@@ -1,4 +1,4 @@
-"""The report's reading of memory-wall searches and dataset sizes, and time per epoch (issue 11)."""
+"""The report's reading of memory-wall searches and dataset sizes, and time per epoch."""
 from __future__ import annotations
 
 import json

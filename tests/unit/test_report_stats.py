@@ -1,4 +1,4 @@
-"""The hierarchical bootstrap interval of a ratio of medians and its verdict (issue 11)."""
+"""The hierarchical bootstrap interval of a ratio of medians and its verdict."""
 from __future__ import annotations
 
 import numpy as np

@@ -132,12 +132,27 @@ def test_unknown_dataset_is_one_line(data_root, capsys):
     assert len(err) == 1 and "ogbn-nope" in err[0]
 
 
-def test_verify_cli_reports_equal_gradients(synth_tiny, data_root, capsys):
+def test_verify_cli_reports_equal_gradients(synth_tiny, data_root, capsys, tmp_path):
+    """The printed verdict and the ``--json`` record say the same; the summary reads the record."""
+    from cherry.bench.verify_record import read_verify_record
+    from cherry.report.summary import verify_section
+
+    out_json = tmp_path / "pool.json"
     code = main(["verify", "--dataset", "synth-tiny", "--root", str(data_root), "--hidden", "16",
-                 "--fanouts", "5,10", "--batch-size", "300", "--microbatches", "4", "--aggr", "pool"])
+                 "--fanouts", "5,10", "--batch-size", "300", "--microbatches", "4", "--aggr", "pool",
+                 "--json", str(out_json)])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "within tolerance" in out
+    record = read_verify_record(str(out_json))
+    assert (record.num_microbatches, record.num_seeds, record.nproc, record.tolerance) == (4, 300, 1, 1e-4)
+    assert record.within and record.passed and record.parameters_identical is None
+    assert f"largest relative difference {record.max_rel_diff:.3e} (within" in out
+    for p in record.parameters:  # every parameter's printed row
+        assert f"{p.max_abs_diff:12.3e}  {p.max_rel_diff:12.3e}" in out
+    assert record.max_abs_diff == max(p.max_abs_diff for p in record.parameters)
+    row = [line for line in verify_section([str(out_json)]) if line.startswith("| pool |")]
+    assert row and row[0].startswith("| pool | 4 | 300 |") and row[0].endswith("| within 0.0001 |"), row
 
 
 def test_verify_cli_rejects_auto_and_accepts_dropout(data_root, capsys):

@@ -1,6 +1,7 @@
 """A toy system for `test_toy_system`: registered through `cherry.systems.register_system`, the one
 documented entry point for adding a system. A linear model on the seeds' own features (no sampling):
-just enough to step, report phases and evaluate like any system."""
+just enough to step in K pieces (K = the spec's, 1 for "auto"), report phases and evaluate like any
+system."""
 from __future__ import annotations
 
 import torch
@@ -31,13 +32,17 @@ class ToySystem(System):
         with self.probe.phase("gather"):
             x = self.dataset.features.index_select(0, batch.seeds).to(self.device) * self.scale
             y = self.dataset.labels.index_select(0, batch.seeds).to(self.device)
+        k = min(self.spec.num_microbatches or 1, len(y))
         with self.probe.phase("forward_backward"):
             self.optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(self.model(x), y)
-            loss.backward()
+            loss = 0.0
+            for xs, ys in zip(torch.tensor_split(x, k), torch.tensor_split(y, k)):
+                part = F.cross_entropy(self.model(xs), ys, reduction="sum") / len(y)
+                part.backward()
+                loss += float(part.detach())
         with self.probe.phase("optimizer"):
             self.optimizer.step()
-        return StepOutcome(loss=float(loss.detach()), num_microbatches=1)
+        return StepOutcome(loss=loss, num_microbatches=k)
 
     def evaluate(self) -> dict[str, float]:
         with torch.no_grad():

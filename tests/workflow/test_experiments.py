@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,6 @@ from cherry.bench.experiments import (
     verify_checks,
 )
 from cherry.spec import run_id, spec_from_dict
-from cherry.report.summary import parse_verify
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -145,25 +145,34 @@ def test_shipped_configs_expand():
     assert {s["dataset"] for s in paper} == {"ogbn-arxiv", "ogbn-products", "ogbn-papers100M"}
 
 
-VERIFY_TEXT = """parameter          max_abs_diff  max_rel_diff
-layers.0.weight       8.940e-08     3.570e-07
-layers.1.weight       1.000e-08     2.000e-07
-K=4 vs K=1 on 512 seeds: largest relative difference 3.570e-07 (within tolerance 0.0001)
-"""
+def _difference(name: str, abs_diff: float, rel_diff: float):
+    from cherry.execution.verify import ParameterDifference
+
+    return ParameterDifference(name, abs_diff, rel_diff)
 
 
-def test_parse_verify_reads_the_verdict_line():
-    v = parse_verify(VERIFY_TEXT)
-    assert v == {"k": 4, "seeds": 512, "max_rel_diff": 3.57e-07, "max_abs_diff": 8.94e-08, "tolerance": 1e-4,
-                 "within": True}
-    assert parse_verify(VERIFY_TEXT.replace("within", "ABOVE"))["within"] is False
-    with pytest.raises(ValueError, match="no 'K="):
-        parse_verify("nothing here\n")
+def test_verify_records_round_trip_and_feed_the_summary(tmp_path):
+    """`cherry verify --json` records (one process, and ranks whose parameters differ) are what the
+    summary's gradient-equivalence table reads; a record off the schema is named, not parsed."""
+    from cherry.bench.verify_record import VerifyRecord, read_verify_record, write_verify_record
+    from cherry.report.summary import verify_section
 
-
-def test_parse_verify_reads_the_distributed_verdict_line():
-    text = VERIFY_TEXT.splitlines()[0] + "\n" + (
-        "2 ranks (K per rank [2, 3]) vs one process with K=1 on 512 seeds: largest relative difference "
-        "6.466e-07 (within tolerance 0.0001); parameters identical on every rank after 2 steps\n")
-    v = parse_verify(text)
-    assert (v["k"], v["seeds"], v["max_rel_diff"], v["within"]) == (3, 512, 6.466e-07, True)
+    diffs = [_difference("layers.0.weight", 8.94e-08, 3.57e-07), _difference("layers.1.weight", 1e-08, 2e-07)]
+    one = VerifyRecord.from_differences(diffs, 4, 512, 1e-4)
+    assert (one.max_rel_diff, one.max_abs_diff, one.nproc) == (3.57e-07, 8.94e-08, 1)
+    assert one.within and one.passed and one.parameters_identical is None
+    ranks = VerifyRecord.from_differences(diffs, 3, 512, 1e-7, rank_microbatches=[2, 3], parameters_identical=False)
+    assert ranks.nproc == 2 and not ranks.within and not ranks.passed
+    paths = []
+    for name, record in (("sage", one), ("distributed", ranks)):
+        paths.append(str(tmp_path / f"{name}.json"))
+        write_verify_record(record, paths[-1])
+        assert read_verify_record(paths[-1]) == record
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**one.as_dict(), "max_rel_diff": "small"}))
+    with pytest.raises(ValueError, match="bad.json.*max_rel_diff"):
+        read_verify_record(str(bad))
+    lines = verify_section(paths + [str(bad)])
+    assert "| sage | 4 | 512 | 3.57e-07 | 8.94e-08 | within 0.0001 |" in lines
+    assert "| distributed | 3 | 512 | 3.57e-07 | 8.94e-08 | ABOVE 1e-07; ranks' parameters DIFFERENT |" in lines
+    assert any(line.startswith("| bad | - |") and "unreadable" in line for line in lines)

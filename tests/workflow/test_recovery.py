@@ -1,4 +1,4 @@
-"""Workflow faults survived by what docs/workflow.md promises (issue 14): kill -9, a corrupt record, a failed
+"""Workflow faults survived by what docs/workflow.md promises: kill -9, a corrupt record, a failed
 aggregation.
 
 docs/workflow.md (Recovery) says: after a crash or `kill -9` of Snakemake, run the same command

@@ -1,4 +1,4 @@
-"""The workflow through `--profile workflow/profiles/slurm` on a real SLURM (issue 12, item 4).
+"""The workflow through `--profile workflow/profiles/slurm` on a real SLURM.
 
 Run by `make test-slurm` (and .ci/run), which first starts a one-node SLURM on this machine with
 workflow/scripts/slurm_local.sh; skipped where no SLURM answers or the executor plugin is missing.

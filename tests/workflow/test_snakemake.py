@@ -242,7 +242,7 @@ def test_timed_runs_claim_every_core_and_keep_their_compute_threads(tmp_path):
 
 
 def test_default_config_plans_the_memory_wall_case_where_k_alone_stops(tmp_path):
-    # issue 22 item 7: the default memory wall has a case whose largest single-seed micro-batch exceeds
+    # the default memory wall has a case whose largest single-seed micro-batch exceeds
     # the capacity (a deep all-neighbour GAT); every system of it is one planned search, cherry's with
     # recomputation allowed (options.recompute auto)
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())

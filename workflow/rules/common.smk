@@ -80,8 +80,8 @@ def record_paths():
 
 
 def verify_paths():
-    """Every gradient-equivalence check's output."""
-    return [f"results/verify/{check}.txt" for check in CHECKS]
+    """Every gradient-equivalence check's record (`cherry verify --json`)."""
+    return [f"results/verify/{check}.json" for check in CHECKS]
 
 
 def search_paths():

@@ -1,4 +1,4 @@
-# Input redundancy and planning time of every planner per degree law (issue 13): `cherry bench planner`
+# Input redundancy and planning time of every planner per degree law: `cherry bench planner`
 # on the graphs of config["planner"] (degree laws generated in memory, datasets from the data
 # directory), then the figure drawn from its JSON alone. Without `planner:` in the config neither runs.
 

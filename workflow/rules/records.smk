@@ -26,7 +26,7 @@ rule verify_gradient:
     input:
         unpack(check_inputs),
     output:
-        text="results/verify/{check}.txt",
+        record="results/verify/{check}.json",
     log:
         "results/logs/verify/{check}.log",
     params:
@@ -37,4 +37,4 @@ rule verify_gradient:
     conda:
         CONDA_ENV
     shell:
-        "python -m cherry verify {params.options} > {output.text} 2> {log}"
+        "python -m cherry verify {params.options} --json {output.record} > {log} 2>&1"

@@ -3,8 +3,10 @@
 The runner's loader runs `CherrySystem.prepare` (sample and plan, `Trainer.prepare`) for batch
 ``i + 1`` while batch ``i`` steps, exactly as `Trainer.train_epoch` does for a user, so the workflow
 measures the engine users get; the step's ``sample`` phase is the wait for it. The options of the
-spec (ordering, balance, stage_features, pipeline, native_ops, safety; see the systems table in
-`cherry.systems`) reach the executor through `ExecutorOptions.from_spec`.
+spec (ordering, balance, stage_features, pipeline, native_ops, safety, feature_cache, recompute;
+``$defs/cherry_options`` of the run schema) reach the executor through `ExecutorOptions.from_spec`.
+It lives beside the executor, not in `cherry.systems`, so that the systems package (the table and the
+contract) imports no execution code: execution builds on systems, never the reverse.
 
 The seed ordering is a once-per-dataset host-side computation (cached next to the dataset by
 `cherry.planning.seed_rank`), done in `preprocess` before the run enters the device memory, so it is
@@ -16,10 +18,11 @@ import os
 
 import torch
 
-from cherry.systems.contract import StepOutcome, System
 from cherry.data import Dataset
+from cherry.execution.trainer import Trainer
 from cherry.sampling import LoadedBatch
 from cherry.spec import RunSpec
+from cherry.systems.contract import StepOutcome, System
 
 
 class CherrySystem(System):
@@ -39,7 +42,6 @@ class CherrySystem(System):
 
     def __init__(self, dataset: Dataset, spec: RunSpec, device: torch.device, memory, probe) -> None:
         super().__init__(dataset, spec, device, memory, probe)
-        from cherry.execution import Trainer
         from cherry.ops import extension_available
 
         if not spec.options["native_ops"]:
