@@ -25,7 +25,7 @@ _OWN_DEFAULTS = {
     "interop": {"dataset": "synth-arxiv", "hidden": 128, "steps": 20},
     "budget": {"batch_size": 64, "hidden": 32, "steps": 100},
     "cache": {"dataset": "synth-papers", "batch_size": 256, "hidden": 64, "steps": 5},
-    "exactness": {"dataset": "synth-arxiv", "batch_size": 1024, "fanouts": (10, 25), "steps": 10, "warmup": 1},
+    "exactness": {"dataset": "synth-arxiv", "warmup": 1},
 }
 
 

@@ -70,7 +70,8 @@ class ExecutorOptions:
         base = ExecutorOptions(num_microbatches=num_microbatches, budget_bytes=budget_bytes,
                                stage_features=o["stage_features"], pipeline=o["pipeline"], balance=o["balance"],
                                safety=o["safety"], recover_oom=num_microbatches is None,
-                               recompute=o.get("recompute", "auto"))
+                               recompute=o.get("recompute", "auto"),
+                               exactness_check=o.get("exactness_check", "first-step"))
         return dataclasses.replace(base, **changes)
 
     @staticmethod

@@ -212,3 +212,18 @@ def test_automatic_k_that_chooses_recomputation_keeps_input_dropout():
     assert stats.loss == pytest.approx(ref_stats.loss, rel=1e-12)
     for a, b in zip(ref, got, strict=True):
         assert float((a - b).abs().max()) <= 1e-9 * max(float(a.abs().max()), 1e-12)
+
+
+def test_the_check_cost_benchmark_reports_a_ratio_with_its_interval(synth_tiny, data_root, tmp_path):
+    import json
+
+    from cherry.cli import main
+
+    out = tmp_path / "exactness.json"
+    assert main(["bench", "exactness", "--dataset", "synth-tiny", "--root", str(data_root), "--batch-size", "64",
+                 "--fanouts", "3,3", "--hidden", "8", "--steps", "4", "--warmup", "1", "--round", "2",
+                 "--microbatches", "4", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    low, high = result["ratio_interval"]
+    assert low <= result["ratio_checked_over_plain"] <= high and result["second_K"] == 5
+    assert result["largest_rel_diff"] < 1e-5
