@@ -1,4 +1,5 @@
-"""Atomic file writes and a tensor cache: a killed process never leaves a half-written file."""
+"""Atomic file writes, a tensor cache and a data-only loader: a killed process never leaves a
+half-written file, and a cached tensor runs no code when loaded (`cherry.safe_load`)."""
 from __future__ import annotations
 
 import json
@@ -80,11 +81,14 @@ def _jsonable(value: Any) -> Any:
 
 
 def cached_tensor(path: str | os.PathLike, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """Load the tensor at ``path``, or compute and store it atomically. A corrupt file is recomputed."""
+    """Load the tensor at ``path``, or compute and store it atomically. A corrupt file, or one that
+    would run code on load (`load_tensors` refuses it unexecuted), is recomputed."""
     path = Path(path)
     if path.exists():
         try:
-            return torch.load(path, weights_only=True)
+            from cherry.safe_load import load_tensors
+
+            return load_tensors(path, f"cached tensor {str(path)!r}")
         except Exception:
             path.unlink(missing_ok=True)
     value = compute()

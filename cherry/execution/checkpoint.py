@@ -7,7 +7,9 @@ finished epoch's result, the best validation accuracy so far and the run spec. `
 model of the epoch with the best validation accuracy. ``DIR/checkpoint.json`` names both with their
 sha256, written last: a checkpoint is whatever that file vouches for.
 
-Every write is atomic (a temporary file in DIR, then a rename), so a run killed at any point leaves
+Both files are loaded as data (`cherry.safe_load.load_tensors`: tensors and plain values only), so a
+checkpoint directory from someone else, its index rewritten to match, runs no code: a file holding
+any other Python object is refused in one line. Every write is atomic (a temporary file in DIR, then a rename), so a run killed at any point leaves
 the previous complete checkpoint. Resuming restores all of the above, so the resumed epochs draw the
 same batches, samples and dropout masks and give the same losses as an uninterrupted run. Resuming from
 a checkpoint of another spec (any key but ``root`` and ``epochs``) or from a corrupt or incomplete one
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+
+from cherry.safe_load import UnsafeFileError, load_tensors
 
 FORMAT = "cherry-checkpoint"
 FORMAT_VERSION = 1
@@ -163,7 +167,9 @@ def read_checkpoint(directory: str | os.PathLike, spec) -> dict:
         raise CheckpointError(f"--resume: {path} fails its sha256 check (corrupt or truncated); "
                               "resume from an intact checkpoint or start afresh")
     try:
-        checkpoint = torch.load(io.BytesIO(data), weights_only=False)
+        checkpoint = load_tensors(data, f"--resume: {path}")
+    except UnsafeFileError as exc:
+        raise CheckpointError(str(exc)) from None
     except Exception as exc:
         raise CheckpointError(f"--resume: {path} cannot be loaded ({type(exc).__name__}); it is corrupt") from None
     theirs, ours = _spec_identity_dict(checkpoint["spec"]), _spec_identity(spec)
@@ -191,6 +197,8 @@ def load_best_model(directory: str | os.PathLike) -> dict:
     if not path.is_file():
         raise CheckpointError(f"no best-validation model at {path} (evaluation off, or no epoch finished)")
     try:
-        return torch.load(path, weights_only=False)
+        return load_tensors(path, str(path))
+    except UnsafeFileError as exc:
+        raise CheckpointError(str(exc)) from None
     except Exception as exc:
         raise CheckpointError(f"{path} cannot be loaded ({type(exc).__name__}); it is corrupt") from None
