@@ -10,17 +10,24 @@ an exit status, never a traceback:
     1  an environment fault: any other OSError (disk full, permission, not a directory; the path is
        named), RecursionError (an input nested too deeply), MemoryError or an allocator error (host
        memory exhausted); a result that could not be written is kept elsewhere (`write_json_keeping`)
-  130  interrupted (Ctrl-C)
+  128 + N  interrupted by signal N: SIGINT (Ctrl-C, 130) and SIGTERM (what schedulers and ``timeout``
+       send, 143) alike. While the body runs both raise `Interrupted` (a KeyboardInterrupt) in the
+       main thread, so the step in flight is abandoned, ``finally`` clauses run and a command writes
+       what it finished; inside `interrupts_deferred` (a checkpoint being saved) the signal waits
+       until the block ends.
 
 Anything else is a bug: its traceback is printed, exit 1. Standard library only (the workflow's
 light scripts import this without torch).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -46,6 +53,57 @@ def check_loss(loss: float, step: int, epoch: Optional[int] = None) -> None:
     value = float(loss)
     if value - value != 0.0:
         raise LossDiverged(value, step, epoch)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Signal ``signum`` (SIGINT or SIGTERM) arrived while a command ran; its exit status is 128 + signum."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = int(signum)
+        super().__init__(f"interrupted by {signal.Signals(self.signum).name}")
+
+
+_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_deferring = {"depth": 0, "pending": None}
+
+
+def _on_signal(signum: int, frame) -> None:
+    if _deferring["depth"]:
+        _deferring["pending"] = signum
+        return
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interrupts_handled():
+    """Within it (in the main thread), SIGINT and SIGTERM raise `Interrupted`; the handlers before it
+    are restored after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _on_signal) for s in _HANDLED_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        _deferring["pending"] = None
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """A block that a SIGINT or SIGTERM does not cut (a checkpoint's files and index written
+    together): a signal arriving inside raises `Interrupted` when the block ends."""
+    _deferring["depth"] += 1
+    try:
+        yield
+    finally:
+        _deferring["depth"] -= 1
+    pending, _deferring["pending"] = _deferring["pending"], None
+    if pending is not None and _deferring["depth"] == 0:
+        raise Interrupted(pending)
+    if pending is not None:
+        _deferring["pending"] = pending
 
 
 class ResultKept(OSError):
@@ -103,13 +161,15 @@ def run_boundary(prog: str, body: Callable[[], Optional[int]]) -> int:
     """Run ``body`` and return its exit status; what escapes it becomes one line on stderr (see the
     module docstring for the statuses)."""
     try:
-        return int(body() or 0)
+        with interrupts_handled():
+            return int(body() or 0)
     except LossDiverged as exc:
         print(f"{prog}: error: {cut(str(exc))}", file=sys.stderr)
         return EXIT_DIVERGED
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"{prog}: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        return 128 + signum
     except (ValueError, TypeError, FileNotFoundError) as exc:
         line = fault_line(exc) if isinstance(exc, FileNotFoundError) else None
         print(f"{prog}: error: {line or cut(str(exc))}", file=sys.stderr)
@@ -150,5 +210,5 @@ def write_json_keeping(path: str | os.PathLike, obj: Any, write: Optional[Callab
 
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_DIVERGED", "EXIT_FAULT", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_OOM",
-           "LossDiverged", "ResultKept", "check_loss", "cut", "fault_line", "is_allocator_error", "run_boundary",
+           "Interrupted", "LossDiverged", "interrupts_deferred", "interrupts_handled", "ResultKept", "check_loss", "cut", "fault_line", "is_allocator_error", "run_boundary",
            "write_json_keeping"]

@@ -106,17 +106,7 @@ def cached_tensor(path: str | os.PathLike, compute: Callable[[], torch.Tensor]) 
 
 def check_writable(path: str | os.PathLike) -> None:
     """Raise ValueError (one line naming ``path``) unless a file can be written there atomically:
-    checked before a long run, so its result is not lost at the end."""
-    if str(path) == "":
-        raise ValueError("output '' is empty: expected a file path")
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"output {str(path)!r} is a directory: expected a file path")
-    parent = path.parent if str(path.parent) else Path(".")
-    existing = parent
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"output {str(path)!r}: {str(existing)!r} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"output {str(path)!r}: directory {str(existing)!r} is not writable")
+    checked before a long run, so its result is not lost at the end (`cherry.outputs.check_file`)."""
+    from cherry.outputs import check_file
+
+    check_file(path)

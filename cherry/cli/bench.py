@@ -13,6 +13,7 @@ import os
 import importlib
 
 from cherry.cli.options import add_spec_arguments, positive_int, size_bytes
+from cherry.outputs import DIR, add_output
 
 BENCHMARKS = ("ops", "engine", "systems", "planner", "interop", "budget", "cache")
 _PLANNER_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-arxiv,synth-products"
@@ -71,7 +72,7 @@ def _register_engine(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated LSTM aggregator implementations to compare (auto, packed, bucketed, steps)")
     p.add_argument("--repeats", type=positive_int, default=1,
                    help="runs of every configuration, interleaved; figures are medians over them")
-    p.add_argument("--json", default=None, metavar="OUT")
+    add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("engine"))
 
 
@@ -85,7 +86,7 @@ def _register_systems(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--microbatches", type=positive_int, default=8, help="K for every micro-batching system")
     p.add_argument("--device-memory", type=size_bytes, default=None, help="emulated capacity (CPU) / cap (GPU)")
     p.add_argument("--threads", type=positive_int, default=1, help="OMP/torch threads per run (default 1)")
-    p.add_argument("--out-dir", default="results/bench-systems", help="where specs and records go")
+    add_output(p, "--out-dir", kind=DIR, default="results/bench-systems", help="where specs and records go")
     p.set_defaults(func=_runner("systems"))
 
 
@@ -97,7 +98,7 @@ def _register_planner(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ks", default="2,4,8,16")
     add_spec_arguments(p, ("fanouts", "hidden", "root", "seed"), _OWN_DEFAULTS["planner"])
     p.add_argument("--repeats", type=positive_int, default=3, help="timings per planner (median)")
-    p.add_argument("--json", default=None, metavar="OUT")
+    add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("planner"))
 
 
@@ -108,7 +109,7 @@ def _register_interop(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--microbatches", type=positive_int, default=4, help="the fixed K of both")
     p.add_argument("--round", type=positive_int, default=5, help="steps per round (a run, for the interval)")
     p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument("--json", default=None, metavar="OUT")
+    add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("interop"))
 
 
@@ -133,7 +134,7 @@ def _register_budget(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all-configs", action="store_true",
                    help="every configuration of the matrix (default: a deterministic sample of 6 of 13)")
     p.add_argument("--quick", action="store_true", help="2 configurations, 4 steps each (for tests)")
-    p.add_argument("--json", default=None, metavar="OUT")
+    add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("budget"))
 
 
@@ -142,7 +143,7 @@ def _register_cache(sub: argparse._SubParsersAction) -> None:
     add_spec_arguments(p, ("dataset", "batch_size", "hidden", "fanouts", "steps", "root", "seed"), _OWN_DEFAULTS["cache"])
     p.add_argument("--scale", type=float, default=0.001, help="size of the generated dataset, in (0, 1]")
     p.add_argument("--threads", type=positive_int, default=1)
-    p.add_argument("--figure", default=None, metavar="PNG",
-                   help="also sweep forced cache sizes at the mid capacity: bytes moved and K against the cache's share")
-    p.add_argument("--json", default=None, metavar="OUT")
+    add_output(p, "--figure", default=None, metavar="PNG",
+               help="also sweep forced cache sizes at the mid capacity: bytes moved and K against the cache's share")
+    add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("cache"))
