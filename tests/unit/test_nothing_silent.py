@@ -205,10 +205,13 @@ def test_a_manifest_that_is_a_directory_is_one_line(synth_tiny, data_root, tmp_p
     assert one_line_error(capsys) == f"cherry: error: {str(manifest)!r}: Is a directory"
 
 
-def test_the_boundary_keeps_the_traceback_of_a_bug():
+def test_the_boundary_keeps_the_traceback_of_a_bug_on_request(monkeypatch, capsys):
     def body():
         raise RuntimeError("a bug")
 
+    assert run_boundary("prog", body) == EXIT_FAULT  # one line naming the class and where
+    assert "internal error: RuntimeError: a bug (at test_nothing_silent.py:" in one_line_error(capsys)
+    monkeypatch.setenv("CHERRY_TRACEBACK", "1")
     with pytest.raises(RuntimeError, match="a bug"):
         run_boundary("prog", body)
 
