@@ -254,12 +254,12 @@ def _source_files(name: str, directory: Path, meta_dict: dict | None) -> dict[st
 
 
 def _as_int64(values, path: Path, what: str) -> np.ndarray:
-    """``values`` as int64, refusing non-integral numbers (a plain cast would truncate 1.5 to 1)."""
-    arr = np.asarray(values).reshape(-1)
-    if arr.dtype.kind == "f" and not bool(np.all(np.isnan(arr) | (arr == np.floor(arr)))):
-        pos = int(np.flatnonzero(~np.isnan(arr) & (arr != np.floor(arr)))[0])
-        raise ValueError(f"{path}: {what} at row {pos} is {arr[pos]}; expected an integer")
-    return arr
+    """``values`` (one column) as int64 through `cherry.data.values`: a fractional, huge or textual
+    value is refused, not cast; a missing (NaN) label is `UNLABELLED`."""
+    from cherry.data.values import integer_column
+
+    return integer_column(values, what, str(path), missing=UNLABELLED if what == "label" else None,
+                          source=Path(path))
 
 
 def read_ogb(name: str, directory: Path, meta_dict: dict | None = None) -> dict:
