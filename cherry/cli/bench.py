@@ -12,7 +12,7 @@ import argparse
 import os
 import importlib
 
-from cherry.cli.options import add_spec_arguments, positive_int, size_bytes
+from cherry.cli.options import add_spec_arguments, non_negative_int, positive_int, size_bytes
 from cherry.outputs import DIR, add_output
 
 BENCHMARKS = ("ops", "engine", "systems", "planner", "interop", "budget", "cache")
@@ -124,13 +124,13 @@ def _register_budget(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--capacities", default="below-seed,seed,mid,whole",
                    help="capacity points per configuration (below-seed, seed, mid, whole)")
     add_spec_arguments(p, ("batch_size", "hidden", "steps", "root", "seed"), _OWN_DEFAULTS["budget"])
-    p.add_argument("--search-every", type=int, default=20, help="K/Kmin on every N-th step (0: never)")
+    p.add_argument("--search-every", type=non_negative_int, default=20, help="K/Kmin on every N-th step (0: never)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per process")
     p.add_argument("--jobs", type=positive_int, default=min(2, os.cpu_count() or 1),
                    help="configurations run side by side, one process each (default: 2, or 1 on one core)")
-    p.add_argument("--recompute-steps", type=int, default=40,
+    p.add_argument("--recompute-steps", type=non_negative_int, default=40,
                    help="batches timed with and without recomputation, alternating (0: skip)")
-    p.add_argument("--max-configs", type=int, default=None, help="only the first N configurations (0: none)")
+    p.add_argument("--max-configs", type=non_negative_int, default=None, help="only the first N configurations (0: none)")
     p.add_argument("--all-configs", action="store_true",
                    help="every configuration of the matrix (default: a deterministic sample of 6 of 13)")
     p.add_argument("--quick", action="store_true", help="2 configurations, 4 steps each (for tests)")
@@ -141,7 +141,8 @@ def _register_budget(sub: argparse._SubParsersAction) -> None:
 def _register_cache(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cache", help="feature bytes moved and step time: no cache, cache by degree, all on device")
     add_spec_arguments(p, ("dataset", "batch_size", "hidden", "fanouts", "steps", "root", "seed"), _OWN_DEFAULTS["cache"])
-    p.add_argument("--scale", type=float, default=0.001, help="size of the generated dataset, in (0, 1]")
+    p.add_argument("--scale", type=float, default=None,
+                   help="generated datasets only: size in (0, 1] (default: 0.001 for synth-papers, else the dataset's)")
     p.add_argument("--threads", type=positive_int, default=1)
     add_output(p, "--figure", default=None, metavar="PNG",
                help="also sweep forced cache sizes at the mid capacity: bytes moved and K against the cache's share")

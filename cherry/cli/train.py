@@ -209,6 +209,25 @@ def _write_summary(path: str, summary: dict) -> None:
         print(f"cherry: {kept}", file=sys.stderr)
 
 
+# Run-spec keys of the benchmark runner's (timed steps of one configuration); training runs epochs.
+_RUNNER_ONLY = {"steps": "--steps", "warmup": "--warmup", "timeout_s": "--timeout-s"}
+
+
+def _refuse_what_does_not_apply(args: argparse.Namespace) -> None:
+    """An option given that training would ignore is refused in one line (spec options are absent
+    from ``args`` unless given)."""
+    given = [flag for key, flag in _RUNNER_ONLY.items() if hasattr(args, key)]
+    if given:
+        raise ValueError(f"{', '.join(given)}: the benchmark runner's (python -m cherry.bench.run), not cherry "
+                         "train's, which runs --epochs (and --max-steps per epoch); leave it out")
+    if getattr(args, "root", None) is not None:
+        from cherry.data.sources import dataset_kind
+
+        if dataset_kind(args.dataset if hasattr(args, "dataset") else "synth-arxiv") != "builtin":
+            raise ValueError(f"--root: does not apply to dataset {args.dataset!r} (a directory or a registered "
+                             "name is read where it is); leave it out")
+
+
 def _same_dir(a, b) -> bool:
     from pathlib import Path
 
@@ -218,6 +237,7 @@ def _same_dir(a, b) -> bool:
 def run(args: argparse.Namespace) -> int:
     from cherry.launch import RankFailed
 
+    _refuse_what_does_not_apply(args)
     spec = spec_from_args(args, args._parser)
     if spec.device == "cuda":
         import torch
