@@ -51,9 +51,12 @@ def check_file(path: str | os.PathLike, flag: str = "output") -> None:
     ``path`` atomically (a temporary file beside it, then a rename)."""
     if str(path) == "":
         raise ValueError(f"{flag} '' is empty: expected a file path")
+    _check_name(path, flag)
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {str(path)!r} is a directory: expected a file path")
+    if path.exists() and not path.is_file():  # a FIFO, a device, a socket: a rename would replace it
+        raise ValueError(f"{flag} {str(path)!r} is not a regular file: expected a file path")
     _check_ancestor(path.parent if str(path.parent) else Path("."), path, flag)
 
 
@@ -61,10 +64,22 @@ def check_dir(path: str | os.PathLike, flag: str = "output directory") -> None:
     """Raise ValueError (one line) unless ``path`` is, or can be created as, a writable directory."""
     if str(path) == "":
         raise ValueError(f"{flag} '' is empty: expected a directory path")
+    _check_name(path, flag)
     path = Path(path).expanduser()
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {str(path)!r} is a file: expected a directory")
     _check_ancestor(path, path, flag)
+
+
+def _check_name(path: str | os.PathLike, flag: str) -> None:
+    """A path the system can hold: no NUL byte, no component longer than a file name may be."""
+    text = os.fspath(path)
+    if "\0" in text:
+        raise ValueError(f"{flag} {text!r} holds a NUL byte: expected a path")
+    longest = max((len(os.fsencode(part)) for part in Path(text).parts), default=0)
+    if longest > 255:
+        raise ValueError(f"{flag} {text[:80]!r}... has a component of {longest} bytes: expected at most 255 "
+                         "(the file-name limit)")
 
 
 def _check_ancestor(directory: Path, path: Path, flag: str) -> None:

@@ -95,6 +95,14 @@ def _csv(path: Path, dtype) -> np.ndarray:
                          "numeric CSV in gzip") from None
 
 
+def _num_nodes(path: Path) -> int:
+    """The node count of ``raw/num-node-list.csv.gz``: one integer (2000.5 is refused, not truncated)."""
+    counts = integer_column(_csv(path, None), "node count", str(path), source=path)
+    if counts.size != 1 or counts[0] < 0:
+        raise ValueError(f"{path} must hold one node count >= 0 (a single graph), got {counts.tolist()[:5]}")
+    return int(counts[0])
+
+
 def _labels(values, path: Path) -> np.ndarray:
     """One label per row, as int64 (`cherry.data.values`: 1.5, -0.5, 1e20 or text refused; NaN is
     unlabelled)."""
@@ -129,7 +137,7 @@ def read_directory(directory: Path) -> tuple[dict[str, np.ndarray], dict]:
     else:
         edges = integer_array(_csv(files["edges"], None), "node id", str(files["edges"]), source=files["edges"]).T
         features = _csv(files["features"], np.float32)
-        n = int(_csv(files["num_nodes"], np.int64).reshape(-1)[0]) if "num_nodes" in files else features.shape[0]
+        n = _num_nodes(files["num_nodes"]) if "num_nodes" in files else features.shape[0]
         labels = _labels(_csv(files["labels"], None), files["labels"])
     splits = _splits(files)
     checks.check_edges(edges, n, where=str(files.get("edges", files.get("graph"))))
@@ -225,7 +233,7 @@ def convert_directory(directory: Path, build_dir: Path, workdir: Path) -> dict:
         edge_blocks = npz_stream.pair_blocks(graph, "edge_index")
         expected, edges_where = (edge_shape[1] if len(edge_shape) == 2 else None), str(graph)
     else:
-        n = int(_csv(files["num_nodes"], np.int64).reshape(-1)[0]) if "num_nodes" in files else None
+        n = _num_nodes(files["num_nodes"]) if "num_nodes" in files else None
         n, feature_dim = _write_features(build_dir / "features.npy", _blocks(files["features"]),
                                          str(files["features"]), n, workdir)
         labels = _labels(_csv(files["labels"], None), files["labels"])

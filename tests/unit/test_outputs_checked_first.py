@@ -83,10 +83,12 @@ def _bad_paths(tmp_path: Path, kind: str) -> dict:
     wrong = blocker if kind == DIR else tmp_path / "a-dir"
     return {"wrong-kind": (str(wrong), "is a " + ("file" if kind == DIR else "directory")),
             "under-a-file": (str(blocker / "x" / "out"), "is not a directory"),
-            "empty": ("", "is empty")}
+            "empty": ("", "is empty"),
+            "nul-byte": (str(tmp_path / "a\0b"), "NUL byte"),
+            "name-too-long": (str(tmp_path / ("x" * 300)), "at most 255")}
 
 
-@pytest.mark.parametrize("fault", ["wrong-kind", "under-a-file", "empty"])
+@pytest.mark.parametrize("fault", ["wrong-kind", "under-a-file", "empty", "nul-byte", "name-too-long"])
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_bad_output_stops_every_command_before_its_work(command, fault, tmp_path, data_root, monkeypatch, capsys):
     argv, module, function, flag, kind = COMMANDS[command]
