@@ -95,6 +95,19 @@ def _csv(path: Path, dtype) -> np.ndarray:
                          "numeric CSV in gzip") from None
 
 
+def _member(npz, key: str, path: Path) -> np.ndarray:
+    """Member ``key`` of an open npz archive; a missing one is a one-line ValueError naming both."""
+    if key not in npz.files:
+        raise ValueError(f"{path} has no member {key!r} (it holds: {', '.join(npz.files) or 'none'}); expected "
+                         "OGB's binary layout (edge_index, node_feat, num_nodes_list)")
+    return npz[key]
+
+
+def _first_member(npz, path: Path) -> np.ndarray:
+    """The labels of ``raw/node-label.npz``: its one member, whatever its name."""
+    return _member(npz, npz.files[0] if npz.files else "node_label", path)
+
+
 def _num_nodes(path: Path) -> int:
     """The node count of ``raw/num-node-list.csv.gz``: one integer (2000.5 is refused, not truncated)."""
     counts = integer_column(_csv(path, None), "node count", str(path), source=path)
@@ -129,11 +142,11 @@ def read_directory(directory: Path) -> tuple[dict[str, np.ndarray], dict]:
     files = source_files(directory)
     if "graph" in files:
         with np.load(files["graph"]) as npz:
-            edges = np.asarray(npz["edge_index"], dtype=np.int64)
-            features = np.asarray(npz["node_feat"], dtype=np.float32)
+            edges = integer_array(_member(npz, "edge_index", files["graph"]), "node id", str(files["graph"]))
+            features = np.asarray(_member(npz, "node_feat", files["graph"]), dtype=np.float32)
             n = int(np.asarray(npz["num_nodes_list"]).reshape(-1)[0]) if "num_nodes_list" in npz else features.shape[0]
         with np.load(files["labels"]) as npz:
-            labels = _labels(npz[npz.files[0]], files["labels"])
+            labels = _labels(_first_member(npz, files["labels"]), files["labels"])
     else:
         edges = integer_array(_csv(files["edges"], None), "node id", str(files["edges"]), source=files["edges"]).T
         features = _csv(files["features"], np.float32)
@@ -228,7 +241,7 @@ def convert_directory(directory: Path, build_dir: Path, workdir: Path) -> dict:
         n, feature_dim = _write_features(build_dir / "features.npy", npz_stream.row_blocks(graph, "node_feat"),
                                          str(graph), n, workdir)
         with np.load(files["labels"]) as npz:
-            labels = _labels(npz[npz.files[0]], files["labels"])
+            labels = _labels(_first_member(npz, files["labels"]), files["labels"])
         edge_shape = npz_stream.header(graph, "edge_index")[0]
         edge_blocks = npz_stream.pair_blocks(graph, "edge_index")
         expected, edges_where = (edge_shape[1] if len(edge_shape) == 2 else None), str(graph)

@@ -59,6 +59,22 @@ def _write(rel: str, data: bytes | str | None) -> Callable[[Path], None]:
     return apply
 
 
+def _npz_layout(drop: str = "", labels: bool = True, objects: bool = False) -> Callable[[Path], None]:
+    """Turn the case's directory into OGB's binary layout (raw/data.npz, raw/node-label.npz), less
+    member ``drop``; ``labels`` False: an empty label archive; ``objects``: edges as an object array."""
+    import numpy as np
+
+    def apply(root: Path) -> None:
+        raw = root / "dir" / "raw"
+        edges = np.array([[0, 1, 2], [1, 2, 0]], dtype=object if objects else np.int64)
+        arrays = {"edge_index": edges, "node_feat": np.zeros((2000, 2), np.float32),
+                  "num_nodes_list": np.array([2000])}
+        arrays.pop(drop, None)
+        np.savez(raw / "data.npz", **arrays)
+        np.savez(raw / "node-label.npz", **({"node_label": np.zeros((2000, 1))} if labels else {}))
+    return apply
+
+
 def _prepare(root: Path) -> list:
     return ["data", "prepare", str(root / "dir")]
 
@@ -104,6 +120,10 @@ CASES = {
     "scale-two": Case(lambda r: ["data", "info", "synth-tiny", "--root", str(r / "data"), "--scale", "2"], (2,), "scale"),
     "scale-nan": Case(lambda r: ["data", "info", "synth-tiny", "--root", str(r / "data"), "--scale", "nan"], (2,), "scale"),
     "real-dataset-scale": Case(lambda r: ["data", "info", "ogbn-arxiv", "--scale", "0.5"], (2,), "--scale"),
+    "npz-without-node-feat": Case(_prepare, (2,), "has no member 'node_feat'", _npz_layout("node_feat")),
+    "npz-without-edges": Case(_prepare, (2,), "has no member 'edge_index'", _npz_layout("edge_index")),
+    "npz-empty-labels": Case(_prepare, (2,), "has no member 'node_label'", _npz_layout(labels=False)),
+    "npz-object-edges": Case(_prepare, (2,), "data.npz", _npz_layout(objects=True)),
     # training options
     "hidden-zero": Case(_train("--hidden", "0"), (2,), "--hidden"),
     "hidden-negative": Case(_train("--hidden", "-5"), (2,), "--hidden"),
