@@ -237,8 +237,8 @@ def _same_dir(a, b) -> bool:
 def run(args: argparse.Namespace) -> int:
     from cherry.launch import RankFailed
 
+    spec = spec_from_args(args, args._parser)  # each value checked first, then whether it applies
     _refuse_what_does_not_apply(args)
-    spec = spec_from_args(args, args._parser)
     if spec.device == "cuda":
         import torch
 
