@@ -27,6 +27,7 @@ import time
 import torch
 
 MODES = ("none", "degree", "all")
+_PAPERS_SCALE = 0.001  # synth-papers at this scale when no --scale is given: about 111,000 nodes
 
 
 def _spec(args, capacity_bytes: int | None, mode: str):
@@ -193,12 +194,26 @@ def plot(rows: list[dict], png: str, title: str, chosen_share: float | None = No
     save_figure(fig, png, None)
 
 
+def _scale(args) -> float | None:
+    """``--scale`` where it applies: a generated dataset (default 0.001 for synth-papers, the dataset's
+    own otherwise); given for a real, registered or by-path dataset it is refused in one line."""
+    from cherry.data.sources import dataset_kind
+    from cherry.data.registry import OGB_SPECS
+
+    generated = dataset_kind(args.dataset) == "builtin" and args.dataset not in OGB_SPECS
+    if args.scale is not None and not generated:
+        raise ValueError(f"--scale: applies to generated datasets only, not to {args.dataset!r}; leave it out")
+    if args.scale is None and args.dataset == "synth-papers":
+        return _PAPERS_SCALE
+    return args.scale
+
+
 def run(args) -> int:
-    from cherry.data import load_dataset
-    from cherry.data.datasets import prepare_dataset
+    from cherry.data import load_dataset, prepare_dataset
     from cherry.io import write_json_atomic
 
     torch.set_num_threads(args.threads)
+    args.scale = _scale(args)
     prepare_dataset(args.dataset, args.root, scale=args.scale)
     dataset = load_dataset(args.dataset, args.root, scale=args.scale)
     k1, feature_bytes = reference_bytes(dataset, args)

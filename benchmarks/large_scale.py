@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cherry.outputs import add_output, parse_checked
+
 V1_ROOT = Path("/sys/fs/cgroup/memory")
 V2_ROOT = Path("/sys/fs/cgroup")
 PLUGIN = Path(__file__).with_name("large_scale_dataset.py")
@@ -176,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also train limited N times each with and without sorted gathers (interleaved)")
     p.add_argument("--skip-prepare", action="store_true", help="reuse the caches already under --root")
     p.add_argument("--timeout-s", type=float, default=900.0, help="a run taking longer is stopped (status timeout)")
-    p.add_argument("--json", type=Path, default=None, help="write the figures here")
-    args = p.parse_args(argv)
+    add_output(p, "--json", type=Path, default=None, help="write the figures here")
+    args = parse_checked(p, argv)
     why = cgroup_unavailable()
     if why is not None:
         print(f"large_scale: skipped: {why}")
@@ -256,4 +258,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from cherry.errors import run_boundary
+
+    sys.exit(run_boundary("benchmarks.large_scale", main))

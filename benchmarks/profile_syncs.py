@@ -20,6 +20,8 @@ from contextlib import contextmanager
 
 import torch
 
+from cherry.outputs import add_output, parse_checked
+
 _SYNC_EVENTS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")
 _MEMCPY_PREFIX = "cudaMemcpy"
 _LAUNCH_EVENTS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
@@ -94,8 +96,8 @@ def main(argv=None) -> int:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--steps", type=int, default=3, help="profiled steps (after one warm-up)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
+    add_output(parser, "--json", default=None)
+    args = parse_checked(parser, argv)
     try:
         ks = [int(v) for v in args.ks.split(",") if v]
         fanouts = list(args.fanouts)

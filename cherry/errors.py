@@ -1,26 +1,39 @@
 """The one error boundary of every entry point, and the faults it knows.
 
 Every command (``cherry ...``, ``python -m cherry.bench.*``, the workflow's scripts) runs its body
-through `run_boundary`, which turns what escapes it into one line ``<prog>: error: ...`` on stderr and
-an exit status, never a traceback:
+through `run_boundary`, which turns what escapes it into one line on stderr and an exit status, never
+a traceback (`classify` maps each exception class):
 
-    2  bad input: ValueError, TypeError, FileNotFoundError (the message names the value or file)
+    2  bad input: ValueError, TypeError, FileNotFoundError (the message names the value or file); an
+       ImportError or SyntaxError (a ``$CHERRY_PLUGINS`` module that is missing, raises or does not
+       parse; a missing optional package); a number too large for its type (OverflowError, torch's
+       "value cannot be converted ... without overflow")
     3  out of device memory: torch.OutOfMemoryError that the command did not turn into a result
     4  training diverged: `LossDiverged` (the loss became NaN or infinite; the step is named)
     1  an environment fault: any other OSError (disk full, permission, not a directory; the path is
        named), RecursionError (an input nested too deeply), MemoryError or an allocator error (host
-       memory exhausted); a result that could not be written is kept elsewhere (`write_json_keeping`)
-  130  interrupted (Ctrl-C)
+       memory exhausted, at import too: enter the boundary first); a result that could not be written
+       is kept elsewhere (`write_json_keeping`)
+    1  anything else (a KeyError, IndexError, ... escaping a reader): a bug, one line
+       ``internal error: <class>: <message> (at <file>:<line> in <function>)``; with
+       ``$CHERRY_TRACEBACK`` set, its traceback instead
+  128 + N  interrupted by signal N: SIGINT (Ctrl-C, 130) and SIGTERM (what schedulers and ``timeout``
+       send, 143) alike. While the body runs both raise `Interrupted` (a KeyboardInterrupt) in the
+       main thread, so the step in flight is abandoned, ``finally`` clauses run and a command writes
+       what it finished; inside `interrupts_deferred` (a checkpoint being saved) the signal waits
+       until the block ends.
 
-Anything else is a bug: its traceback is printed, exit 1. Standard library only (the workflow's
-light scripts import this without torch).
+Standard library only (the workflow's light scripts import this without torch).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -28,7 +41,7 @@ from typing import Any, Callable, Optional
 EXIT_OK, EXIT_FAULT, EXIT_BAD_INPUT, EXIT_OOM, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 _LINE_CHARS = 1000  # of one error line: a value of 50 MB is cut, not echoed
 _ALLOCATOR = re.compile(r"DefaultCPUAllocator|can't allocate memory|Cannot allocate memory|not enough memory|"
-                        r"std::bad_alloc|out of memory|Storage size calculation overflowed", re.IGNORECASE)
+                        r"std::bad_alloc|out of memory|Storage size calculation overflowed|failed to map segment", re.IGNORECASE)
 
 
 class LossDiverged(ArithmeticError):
@@ -46,6 +59,57 @@ def check_loss(loss: float, step: int, epoch: Optional[int] = None) -> None:
     value = float(loss)
     if value - value != 0.0:
         raise LossDiverged(value, step, epoch)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Signal ``signum`` (SIGINT or SIGTERM) arrived while a command ran; its exit status is 128 + signum."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = int(signum)
+        super().__init__(f"interrupted by {signal.Signals(self.signum).name}")
+
+
+_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_deferring = {"depth": 0, "pending": None}
+
+
+def _on_signal(signum: int, frame) -> None:
+    if _deferring["depth"]:
+        _deferring["pending"] = signum
+        return
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interrupts_handled():
+    """Within it (in the main thread), SIGINT and SIGTERM raise `Interrupted`; the handlers before it
+    are restored after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _on_signal) for s in _HANDLED_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        _deferring["pending"] = None
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """A block that a SIGINT or SIGTERM does not cut (a checkpoint's files and index written
+    together): a signal arriving inside raises `Interrupted` when the block ends."""
+    _deferring["depth"] += 1
+    try:
+        yield
+    finally:
+        _deferring["depth"] -= 1
+    pending, _deferring["pending"] = _deferring["pending"], None
+    if pending is not None and _deferring["depth"] == 0:
+        raise Interrupted(pending)
+    if pending is not None:
+        _deferring["pending"] = pending
 
 
 class ResultKept(OSError):
@@ -101,28 +165,85 @@ def fault_line(exc: BaseException) -> Optional[str]:
 
 def run_boundary(prog: str, body: Callable[[], Optional[int]]) -> int:
     """Run ``body`` and return its exit status; what escapes it becomes one line on stderr (see the
-    module docstring for the statuses)."""
+    module docstring for the statuses). Enter it before any heavy import: an import that fails for
+    want of memory is one line too."""
     try:
-        return int(body() or 0)
-    except LossDiverged as exc:
-        print(f"{prog}: error: {cut(str(exc))}", file=sys.stderr)
-        return EXIT_DIVERGED
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        line = fault_line(exc) if isinstance(exc, FileNotFoundError) else None
-        print(f"{prog}: error: {line or cut(str(exc))}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (OSError, RecursionError, MemoryError, RuntimeError) as exc:
-        if type(exc).__name__ == "OutOfMemoryError":  # torch's: the (emulated) device, not the host
-            print(f"{prog}: out of memory: {cut(str(exc).split(chr(10))[0], 300)}", file=sys.stderr)
-            return EXIT_OOM
-        line = fault_line(exc)
-        if line is None:
+        with interrupts_handled():
+            return int(body() or 0)
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
+        status, line = classify(exc)
+        if status is None:
             raise
-        print(f"{prog}: error: {line}", file=sys.stderr)
-        return EXIT_FAULT
+        print(f"{prog}: {line}", file=sys.stderr)
+        return status
+
+
+def classify(exc: BaseException) -> tuple[Optional[int], str]:
+    """``(exit status, the line after "<prog>: ")`` for ``exc``, or ``(None, "")`` to re-raise (a bug,
+    with ``$CHERRY_TRACEBACK`` set)."""
+    if isinstance(exc, LossDiverged):
+        return EXIT_DIVERGED, f"error: {cut(str(exc))}"
+    if isinstance(exc, KeyboardInterrupt):
+        signum = getattr(exc, "signum", signal.SIGINT)
+        return 128 + signum, f"interrupted ({signal.Signals(signum).name})"
+    if type(exc).__name__ == "OutOfMemoryError":  # torch's: the (emulated) device, not the host
+        return EXIT_OOM, f"out of memory: {cut(str(exc).split(chr(10))[0], 300)}"
+    if isinstance(exc, ImportError) and _ALLOCATOR.search(str(exc)):  # a library mapped under `ulimit -v`
+        return EXIT_FAULT, (f"error: out of host memory while importing ({cut(first_line(exc), 200)}); expected "
+                            "an address-space limit (ulimit -v) the libraries fit in")
+    if isinstance(exc, (ImportError, SyntaxError)):  # a plugin, a missing optional package
+        return EXIT_BAD_INPUT, f"error: {import_line(exc)}"
+    if isinstance(exc, (ValueError, TypeError, FileNotFoundError)):
+        line = fault_line(exc) if isinstance(exc, FileNotFoundError) else None
+        return EXIT_BAD_INPUT, f"error: {line or cut(str(exc))}"
+    if _is_overflow(exc):
+        return EXIT_BAD_INPUT, (f"error: a number is too large for the type it is stored in "
+                                f"({cut(first_line(exc), 200)}); expected values a float32/int64 can hold "
+                                "(check --lr, --weight-decay, --momentum and sizes)")
+    line = fault_line(exc)
+    if line is not None:
+        return EXIT_FAULT, f"error: {line}"
+    if os.environ.get("CHERRY_TRACEBACK"):
+        return None, ""
+    return EXIT_FAULT, f"internal error: {type(exc).__name__}: {cut(first_line(exc), 300)} {_where(exc)}; " \
+                       "a bug (in Cherry or a plugin): rerun with CHERRY_TRACEBACK=1 for the traceback"
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def import_line(exc: BaseException) -> str:
+    """One line for an ImportError or SyntaxError: the module or file and line at fault."""
+    if isinstance(exc, SyntaxError) and not isinstance(exc, ImportError):
+        where = f"{exc.filename}:{exc.lineno}" if exc.filename else "a module"
+        return cut(f"{where}: {exc.msg} (SyntaxError); expected valid Python", 600)
+    name = getattr(exc, "name", None)
+    detail = first_line(exc)
+    if name and name not in detail:
+        detail = f"{detail} (module {name})"
+    return cut(f"{detail}; expected an importable module (check $CHERRY_PLUGINS and the installed packages)", 600)
+
+
+def _is_overflow(exc: BaseException) -> bool:
+    if isinstance(exc, OverflowError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("without overflow" in text or "value cannot be converted" in text)
+
+
+def _where(exc: BaseException) -> str:
+    """``(at <file>:<line> in <function>)`` of the innermost frame of ``exc``'s traceback."""
+    tb = exc.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return f"(at {os.path.basename(code.co_filename)}:{tb.tb_lineno} in {code.co_name})"
 
 
 def write_json_keeping(path: str | os.PathLike, obj: Any, write: Optional[Callable[[str, Any], None]] = None) -> None:
@@ -150,5 +271,5 @@ def write_json_keeping(path: str | os.PathLike, obj: Any, write: Optional[Callab
 
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_DIVERGED", "EXIT_FAULT", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_OOM",
-           "LossDiverged", "ResultKept", "check_loss", "cut", "fault_line", "is_allocator_error", "run_boundary",
+           "Interrupted", "LossDiverged", "interrupts_deferred", "interrupts_handled", "ResultKept", "check_loss", "cut", "fault_line", "is_allocator_error", "run_boundary",
            "write_json_keeping"]

@@ -1,4 +1,5 @@
-"""Atomic file writes and a tensor cache: a killed process never leaves a half-written file."""
+"""Atomic file writes, a tensor cache and a data-only loader: a killed process never leaves a
+half-written file, and a cached tensor runs no code when loaded (`cherry.safe_load`)."""
 from __future__ import annotations
 
 import json
@@ -80,11 +81,14 @@ def _jsonable(value: Any) -> Any:
 
 
 def cached_tensor(path: str | os.PathLike, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """Load the tensor at ``path``, or compute and store it atomically. A corrupt file is recomputed."""
+    """Load the tensor at ``path``, or compute and store it atomically. A corrupt file, or one that
+    would run code on load (`load_tensors` refuses it unexecuted), is recomputed."""
     path = Path(path)
     if path.exists():
         try:
-            return torch.load(path, weights_only=True)
+            from cherry.safe_load import load_tensors
+
+            return load_tensors(path, f"cached tensor {str(path)!r}")
         except Exception:
             path.unlink(missing_ok=True)
     value = compute()
@@ -102,17 +106,7 @@ def cached_tensor(path: str | os.PathLike, compute: Callable[[], torch.Tensor]) 
 
 def check_writable(path: str | os.PathLike) -> None:
     """Raise ValueError (one line naming ``path``) unless a file can be written there atomically:
-    checked before a long run, so its result is not lost at the end."""
-    if str(path) == "":
-        raise ValueError("output '' is empty: expected a file path")
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"output {str(path)!r} is a directory: expected a file path")
-    parent = path.parent if str(path.parent) else Path(".")
-    existing = parent
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"output {str(path)!r}: {str(existing)!r} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"output {str(path)!r}: directory {str(existing)!r} is not writable")
+    checked before a long run, so its result is not lost at the end (`cherry.outputs.check_file`)."""
+    from cherry.outputs import check_file
+
+    check_file(path)

@@ -32,7 +32,7 @@ def load_plugins() -> None:
                 spec.loader.exec_module(module)
             else:
                 importlib.import_module(entry)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is a failed import, not an exit
             _loaded.discard(entry)
             raise ImportError(f"${ENV_VAR} entry {entry!r} failed to import: {type(exc).__name__}: "
                               f"{str(exc).splitlines()[0] if str(exc) else ''}") from None

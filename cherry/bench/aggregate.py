@@ -86,12 +86,14 @@ def write_tables(frame: pd.DataFrame, out_csv: Optional[str] = None, out_parquet
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from cherry.outputs import add_output, parse_checked
+
     parser = argparse.ArgumentParser(prog="python -m cherry.bench.aggregate",
                                      description="stack run records into one CSV/Parquet table")
     parser.add_argument("records", nargs="*", help="record JSON files")
-    parser.add_argument("--out-csv", default=None)
-    parser.add_argument("--out-parquet", default=None)
-    args = parser.parse_args(argv)
+    add_output(parser, "--out-csv", default=None)
+    add_output(parser, "--out-parquet", default=None)
+    args = parse_checked(parser, argv)
     if not args.out_csv and not args.out_parquet:
         parser.error("give --out-csv and/or --out-parquet")
     try:

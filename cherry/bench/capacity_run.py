@@ -120,12 +120,13 @@ def search_spec(spec, ratio_tolerance: float = RATIO_TOLERANCE, seed_tolerance: 
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from cherry.io import check_writable, write_json_atomic
+    from cherry.io import write_json_atomic
+    from cherry.outputs import add_output, check_outputs
     from cherry.spec import SpecError, load_spec
 
     parser = argparse.ArgumentParser(prog="python -m cherry.bench.capacity_run", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, help="run spec whose batch_size is the search's start")
-    parser.add_argument("--out", required=True, help="where to write the search record (JSON)")
+    add_output(parser, "--out", required=True, help="where to write the search record (JSON)")
     parser.add_argument("--ratio-tolerance", type=float, default=RATIO_TOLERANCE,
                         help=f"stop bisecting when smallest failing / largest fitting <= this (default {RATIO_TOLERANCE})")
     parser.add_argument("--seed-tolerance", type=int, default=SEED_TOLERANCE,
@@ -135,7 +136,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         spec = load_spec(args.spec)
         check_tolerances(args.ratio_tolerance, args.seed_tolerance)
-        check_writable(args.out)
+        check_outputs(args)
     except (SpecError, ValueError, TypeError) as exc:
         print(f"cherry.bench.capacity_run: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

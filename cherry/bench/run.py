@@ -25,14 +25,14 @@ from typing import Optional
 
 from cherry.bench.runner import EXIT_BAD_SPEC, apply_process_switches, execute
 from cherry.errors import run_boundary
-from cherry.io import check_writable
+from cherry.outputs import add_output, check_outputs
 from cherry.spec import SpecError, load_spec
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cherry.bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, help="run spec (JSON, see workflow/schemas/run.schema.yaml)")
-    parser.add_argument("--out", required=True, help="where to write the record (JSON)")
+    add_output(parser, "--out", required=True, help="where to write the record (JSON)")
     parser.add_argument("--quiet", action="store_true", help="no per-step progress on stderr")
     args = parser.parse_args(argv)
     return run_boundary("cherry.bench.run", lambda: _run(args))
@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
         spec = load_spec(args.spec)
         if os.path.realpath(args.out) == os.path.realpath(args.spec):
             raise SpecError(f"--out {args.out!r} is the spec itself: expected another file for the record")
-        check_writable(args.out)  # before the run, so its result is not lost at the end
+        check_outputs(args)  # before the run, so its result is not lost at the end
     except (SpecError, ValueError) as exc:
         print(f"cherry.bench.run: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_BAD_SPEC

@@ -12,7 +12,8 @@ import argparse
 import os
 import importlib
 
-from cherry.cli.options import add_spec_arguments, positive_int, size_bytes
+from cherry.cli.options import add_spec_arguments, non_negative_int, positive_int, size_bytes
+from cherry.outputs import DIR, add_output
 
 BENCHMARKS = ("ops", "engine", "systems", "planner", "interop", "budget", "cache", "exactness")
 _PLANNER_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-arxiv,synth-products"
@@ -72,7 +73,7 @@ def _register_engine(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated LSTM aggregator implementations to compare (auto, packed, bucketed, steps)")
     p.add_argument("--repeats", type=positive_int, default=1,
                    help="runs of every configuration, interleaved; figures are medians over them")
-    p.add_argument("--json", default=None, metavar="OUT")
+    add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("engine"))
 
 
@@ -90,7 +91,7 @@ def _register_systems(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--microbatches", type=positive_int, default=8, help="K for every micro-batching system")
     p.add_argument("--device-memory", type=size_bytes, default=None, help="emulated capacity (CPU) / cap (GPU)")
     p.add_argument("--threads", type=positive_int, default=1, help="OMP/torch threads per run (default 1)")
-    p.add_argument("--out-dir", default="results/bench-systems", help="where specs and records go")
+    add_output(p, "--out-dir", kind=DIR, default="results/bench-systems", help="where specs and records go")
     p.set_defaults(func=_runner("systems"))
 
 
@@ -102,7 +103,7 @@ def _register_planner(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ks", default="2,4,8,16")
     add_spec_arguments(p, ("fanouts", "hidden", "root", "seed"), _OWN_DEFAULTS["planner"])
     p.add_argument("--repeats", type=positive_int, default=3, help="timings per planner (median)")
-    p.add_argument("--json", default=None, metavar="OUT")
+    add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("planner"))
 
 
@@ -113,7 +114,7 @@ def _register_interop(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--microbatches", type=positive_int, default=4, help="the fixed K of both")
     p.add_argument("--round", type=positive_int, default=5, help="steps per round (a run, for the interval)")
     p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument("--json", default=None, metavar="OUT")
+    add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("interop"))
 
 
@@ -139,26 +140,27 @@ def _register_budget(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--capacities", default="below-seed,seed,mid,whole",
                    help="capacity points per configuration (below-seed, seed, mid, whole)")
     add_spec_arguments(p, ("batch_size", "hidden", "steps", "root", "seed"), _OWN_DEFAULTS["budget"])
-    p.add_argument("--search-every", type=int, default=20, help="K/Kmin on every N-th step (0: never)")
+    p.add_argument("--search-every", type=non_negative_int, default=20, help="K/Kmin on every N-th step (0: never)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per process")
     p.add_argument("--jobs", type=positive_int, default=min(2, os.cpu_count() or 1),
                    help="configurations run side by side, one process each (default: 2, or 1 on one core)")
-    p.add_argument("--recompute-steps", type=int, default=40,
+    p.add_argument("--recompute-steps", type=non_negative_int, default=40,
                    help="batches timed with and without recomputation, alternating (0: skip)")
-    p.add_argument("--max-configs", type=int, default=None, help="only the first N configurations (0: none)")
+    p.add_argument("--max-configs", type=non_negative_int, default=None, help="only the first N configurations (0: none)")
     p.add_argument("--all-configs", action="store_true",
                    help="every configuration of the matrix (default: a deterministic sample of 6 of 13)")
     p.add_argument("--quick", action="store_true", help="2 configurations, 4 steps each (for tests)")
-    p.add_argument("--json", default=None, metavar="OUT")
+    add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("budget"))
 
 
 def _register_cache(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cache", help="feature bytes moved and step time: no cache, cache by degree, all on device")
     add_spec_arguments(p, ("dataset", "batch_size", "hidden", "fanouts", "steps", "root", "seed"), _OWN_DEFAULTS["cache"])
-    p.add_argument("--scale", type=float, default=0.001, help="size of the generated dataset, in (0, 1]")
+    p.add_argument("--scale", type=float, default=None,
+                   help="generated datasets only: size in (0, 1] (default: 0.001 for synth-papers, else the dataset's)")
     p.add_argument("--threads", type=positive_int, default=1)
-    p.add_argument("--figure", default=None, metavar="PNG",
-                   help="also sweep forced cache sizes at the mid capacity: bytes moved and K against the cache's share")
-    p.add_argument("--json", default=None, metavar="OUT")
+    add_output(p, "--figure", default=None, metavar="PNG",
+               help="also sweep forced cache sizes at the mid capacity: bytes moved and K against the cache's share")
+    add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("cache"))

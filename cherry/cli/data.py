@@ -82,7 +82,21 @@ def _peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
+def _refuse_what_does_not_apply(args: argparse.Namespace) -> None:
+    """``--root`` and ``--scale`` place and size the built-in datasets only: a directory or a
+    registered name given them is refused in one line, not silently read as it is."""
+    from cherry.data.sources import dataset_kind
+
+    kind = dataset_kind(args.name)
+    given = [flag for flag, value in (("--root", args.root), ("--scale", args.scale)) if value is not None]
+    if kind != "builtin" and given:
+        what = "a dataset directory" if kind == "path" else "a registered dataset"
+        raise ValueError(f"{' and '.join(given)}: do{'es' if len(given) == 1 else ''} not apply to {args.name!r}, "
+                         f"{what} (read where it is, at its own size); leave {'it' if len(given) == 1 else 'them'} out")
+
+
 def _prepare(args: argparse.Namespace) -> int:
+    _refuse_what_does_not_apply(args)
     progress = _ProgressLines()
     with _terminate_cleanly():
         cache_dir = prepare_dataset(args.name, root=args.root, scale=args.scale, force=args.force,
@@ -94,12 +108,14 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
+    _refuse_what_does_not_apply(args)
     info = dataset_info(args.name, root=args.root, scale=args.scale)
     print(json.dumps(info, indent=2, sort_keys=True))
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
+    _refuse_what_does_not_apply(args)
     print(json.dumps(verify_dataset(args.name, root=args.root, scale=args.scale), indent=2, sort_keys=True))
     return 0
 

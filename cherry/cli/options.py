@@ -306,14 +306,23 @@ def join_negative_values(argv: list[str]) -> list[str]:
 
 
 # argparse types of the benchmarks' own options (not spec keys)
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _int_at_least(low: int, expected: str):
+    """An argparse type: an integer ``>= low``; anything else is one line naming the text."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    parse.__name__ = f"int_at_least_{low}"
+    return parse
+
+
+non_negative_int = _int_at_least(0, "an integer >= 0")  # options whose 0 means "none" (--search-every 0)
+positive_int = _int_at_least(1, "a positive integer")
 
 
 def fanout_list(text: str) -> tuple[int, ...]:

@@ -4,7 +4,12 @@ The options are the run spec's (`cherry.cli.options`). `train` runs the epochs i
 or real) device memory with a progress bar, and turns an out-of-memory into a result (``status:
 "oom"``, exit 3) instead of a crash; ``--json`` writes its summary as strict JSON (no NaN). A loss that becomes NaN or
 infinite stops the run (`cherry.errors.LossDiverged`, exit 4); any failure after finished epochs still
-writes the summary, with the epochs done and ``status`` naming the failure (diverged, error, ...).
+writes the summary, with the epochs done and ``status`` naming the failure (diverged, error, ...). A
+SIGINT or SIGTERM abandons the step in flight, writes the summary with ``status: "interrupted"``,
+keeps the last checkpoint (a save is never cut) and exits 128 + the signal (130, 143).
+
+The epochs are `Trainer.fit`'s (checkpoints, resumption): this module adds the progress bar, the
+summary and the printed lines, nothing of the loop.
 
 Several ranks (`cherry.execution.distributed`): ``--nproc N`` starts N ranks here (`cherry.launch`);
 under ``torchrun`` or ``srun`` each process is one rank of the launcher's world. Rank 0 prints and
@@ -24,10 +29,13 @@ from cherry.cli.options import (add_cherry_option, add_feature_cache_option, add
                                 spec_from_args)
 from cherry.errors import EXIT_OOM, LossDiverged, ResultKept, check_loss, cut, fault_line, write_json_keeping
 from cherry.memory import format_size
+from cherry.outputs import DIR, add_output
 from cherry.spec import RunSpec
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from cherry.execution.checkpoint import FILES
+
     p = sub.add_parser("train", help="train with exact micro-batching under a memory budget")
     add_spec_options(p)
     add_ordering_option(p)
@@ -36,11 +44,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_cherry_option(p, "exactness_check")
     p.add_argument("--no-eval", dest="evaluate", action="store_const", const="false", default=argparse.SUPPRESS,
                    help="skip the layer-wise evaluation after each epoch (= --evaluate false)")
-    p.add_argument("--json", default=None, metavar="OUT", help="write a JSON summary here")
-    p.add_argument("--save", default=None, metavar="DIR",
-                   help="write a checkpoint to DIR after each epoch (atomic) and keep the best-validation model")
+    add_output(p, "--json", default=None, metavar="OUT", help="write a JSON summary here")
+    add_output(p, "--save", kind=DIR, keeps=FILES, default=None, metavar="DIR",
+               help="write a checkpoint to DIR after each epoch (atomic) and keep the best-validation model")
     p.add_argument("--resume", default=None, metavar="DIR",
                    help="continue the run checkpointed in DIR (same settings; --epochs may be larger)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --save DIR: start DIR afresh even if it holds a checkpoint of another run spec")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run, _parser=p)
 
@@ -68,7 +78,7 @@ def _train_rank(spec_dict: dict, progress: bool) -> dict:
 
 
 def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = print,
-          save_dir=None, resume_dir=None) -> dict:
+          save_dir=None, resume_dir=None, overwrite: bool = False) -> dict:
     """Train every epoch of ``spec``; return a JSON-able summary (``status`` ok or oom).
 
     ``spec.nproc > 1`` outside a launcher starts that many ranks here and returns rank 0's summary;
@@ -81,7 +91,7 @@ def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = pr
     if world is None:
         if spec.nproc > 1:
             return launch(_train_rank, (spec.to_dict(), progress), spec.nproc)[0]
-        return _train(spec, progress, echo, None, save_dir, resume_dir)
+        return _train(spec, progress, echo, None, save_dir, resume_dir, overwrite)
     if spec.nproc not in (1, world.world_size):
         raise ValueError(f"--nproc: {spec.nproc} differs from the launcher's world of {world.world_size} ranks")
     lead = world.rank == 0
@@ -90,14 +100,12 @@ def train(spec: RunSpec, progress: bool = True, echo: Callable[[str], None] = pr
 
 
 def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world, save_dir=None,
-           resume_dir=None) -> dict:
+           resume_dir=None, overwrite: bool = False) -> dict:
     import torch
-    from tqdm import tqdm
 
     from cherry.data import load_dataset
     from cherry.execution import Trainer
     from cherry.memory import DeviceMemory
-    from cherry.ops import extension_status
 
     summary: dict = {"spec": spec.to_dict(), "status": "ok", "reason": None, "epochs": [],
                      "nproc": world.world_size if world else 1, "rank": world.rank if world else 0, "step_losses": [],
@@ -110,50 +118,9 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world, sa
             from cherry.execution.distributed import DistributedTrainer
 
             trainer = DistributedTrainer(dataset, spec, memory=memory)
-        summary["num_parameters"] = trainer.num_parameters
-        summary["native_ops"] = extension_status()
-        summary["construction"] = trainer.construction.as_dict()
-        echo(f"construction: {trainer.construction.where} ({trainer.construction.reason})")
-        summary["feature_cache"] = trainer.residency.as_dict()
-        echo(f"feature cache: {trainer.residency.mode}, {trainer.residency.cache_rows} of "
-             f"{trainer.residency.num_rows} rows, {format_size(trainer.residency.cache_bytes)} "
-             f"({trainer.residency.reason})")
-        saver = None
+        _describe(trainer, summary, echo)
         try:
-            start = 0
-            if resume_dir is not None:
-                start = trainer.resume(resume_dir)
-                summary["resumed_epochs"] = start
-                summary["epochs"] = [dict(e) for e in trainer._resumed["history"]]
-                echo(f"resumed from {resume_dir}: {start} epochs done")
-            if save_dir is not None:
-                from cherry.execution.checkpoint import Checkpointer
-
-                saver = Checkpointer(save_dir, spec)
-                if trainer._resumed is not None:
-                    saver.adopt(trainer._resumed)
-            for epoch in range(start, spec.epochs):
-                bar = tqdm(total=trainer.num_steps(epoch), desc=f"epoch {epoch}", disable=not progress, leave=False)
-
-                def on_step(stats, bar=bar, epoch=epoch):
-                    summary["step_losses"].append(stats.loss)
-                    summary["step_feature_bytes_moved"].append(stats.feature_bytes_moved)
-                    check_loss(stats.loss, len(summary["step_losses"]), epoch)
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{stats.loss:.4f}", K=stats.num_microbatches)
-
-                started = time.perf_counter()
-                result = trainer.run_epoch(epoch, on_step)
-                bar.close()
-                summary["epochs"].append({**asdict(result), "wall_s": time.perf_counter() - started})
-                if saver is not None:
-                    saver.save(trainer, result)
-                peak = result.measured_peak_bytes
-                echo(f"epoch {epoch}: loss={result.loss:.4f} train_acc={result.train_acc:.4f} "
-                     f"valid_acc={result.valid_acc:.4f} K={result.max_microbatches} "
-                     f"peak={format_size(peak) if peak else 'n/a'} est={format_size(result.estimated_peak_bytes)} "
-                     f"K_changes={result.k_changes} recompute={result.recompute_steps}/{result.num_steps} "
-                     f"h2d={format_size(result.feature_bytes_moved)} hit={result.feature_hit_rate:.3f}")
+            _fit(trainer, summary, progress, echo, save_dir, resume_dir, overwrite)
         except torch.OutOfMemoryError as exc:
             summary.update(status="oom", reason=str(exc).splitlines()[0])
         except BaseException as exc:  # the epochs done are kept: the caller writes them, then reports exc
@@ -175,6 +142,67 @@ def _train(spec: RunSpec, progress: bool, echo: Callable[[str], None], world, sa
     return _finite(summary)
 
 
+def _describe(trainer, summary: dict, echo: Callable[[str], None]) -> None:
+    """The run's placement choices, into ``summary`` and echoed."""
+    from cherry.ops import extension_status
+
+    summary["num_parameters"] = trainer.num_parameters
+    summary["native_ops"] = extension_status()
+    summary["construction"] = trainer.construction.as_dict()
+    echo(f"construction: {trainer.construction.where} ({trainer.construction.reason})")
+    summary["feature_cache"] = trainer.residency.as_dict()
+    echo(f"feature cache: {trainer.residency.mode}, {trainer.residency.cache_rows} of "
+         f"{trainer.residency.num_rows} rows, {format_size(trainer.residency.cache_bytes)} "
+         f"({trainer.residency.reason})")
+
+
+def _fit(trainer, summary: dict, progress: bool, echo: Callable[[str], None], save_dir, resume_dir,
+         overwrite: bool) -> None:
+    """Drive `Trainer.fit` (checkpoints, resumption), with a progress bar per epoch; every finished
+    epoch goes into ``summary`` as it completes, so an interruption keeps it."""
+    from tqdm import tqdm
+
+    now: dict = {"bar": None, "epoch": None, "started_s": 0.0}
+
+    def take_resumed() -> None:  # once: the resumed run's finished epochs come first
+        if resume_dir is not None and "resumed_epochs" not in summary:
+            summary["epochs"] = trainer.resumed_history + summary["epochs"]
+            summary["resumed_epochs"] = len(trainer.resumed_history)
+            echo(f"resumed from {resume_dir}: {summary['resumed_epochs']} epochs done")
+
+    def on_epoch_start(epoch: int) -> None:
+        take_resumed()
+        now.update(epoch=epoch, started_s=time.perf_counter(),
+                   bar=tqdm(total=trainer.num_steps(epoch), desc=f"epoch {epoch}", disable=not progress, leave=False))
+
+    def on_step(stats) -> None:
+        summary["step_losses"].append(stats.loss)
+        summary["step_feature_bytes_moved"].append(stats.feature_bytes_moved)
+        check_loss(stats.loss, len(summary["step_losses"]), now["epoch"])
+        now["bar"].update(1)
+        now["bar"].set_postfix(loss=f"{stats.loss:.4f}", K=stats.num_microbatches)
+
+    try:
+        for result in trainer.fit(on_step, save_dir=save_dir, resume_dir=resume_dir, overwrite=overwrite,
+                                  on_epoch_start=on_epoch_start):
+            now["bar"].close()
+            summary["epochs"].append({**asdict(result), "wall_s": time.perf_counter() - now["started_s"]})
+            echo(_epoch_line(result))
+        take_resumed()
+    finally:
+        if now["bar"] is not None:
+            now["bar"].close()
+
+
+def _epoch_line(result) -> str:
+    peak = result.measured_peak_bytes
+    return (f"epoch {result.epoch}: loss={result.loss:.4f} train_acc={result.train_acc:.4f} "
+            f"valid_acc={result.valid_acc:.4f} K={result.max_microbatches} "
+            f"peak={format_size(peak) if peak else 'n/a'} est={format_size(result.estimated_peak_bytes)} "
+            f"K_changes={result.k_changes} recompute={result.recompute_steps}/{result.num_steps} "
+            f"h2d={format_size(result.feature_bytes_moved)} hit={result.feature_hit_rate:.3f}")
+
+
 def _write_summary(path: str, summary: dict) -> None:
     """Write a failed run's summary; where even that fails, say where it was kept (the run's own error
     is the one reported)."""
@@ -184,11 +212,36 @@ def _write_summary(path: str, summary: dict) -> None:
         print(f"cherry: {kept}", file=sys.stderr)
 
 
+# Run-spec keys of the benchmark runner's (timed steps of one configuration); training runs epochs.
+_RUNNER_ONLY = {"steps": "--steps", "warmup": "--warmup", "timeout_s": "--timeout-s"}
+
+
+def _refuse_what_does_not_apply(args: argparse.Namespace) -> None:
+    """An option given that training would ignore is refused in one line (spec options are absent
+    from ``args`` unless given)."""
+    given = [flag for key, flag in _RUNNER_ONLY.items() if hasattr(args, key)]
+    if given:
+        raise ValueError(f"{', '.join(given)}: the benchmark runner's (python -m cherry.bench.run), not cherry "
+                         "train's, which runs --epochs (and --max-steps per epoch); leave it out")
+    if getattr(args, "root", None) is not None:
+        from cherry.data.sources import dataset_kind
+
+        if dataset_kind(args.dataset if hasattr(args, "dataset") else "synth-arxiv") != "builtin":
+            raise ValueError(f"--root: does not apply to dataset {args.dataset!r} (a directory or a registered "
+                             "name is read where it is); leave it out")
+
+
+def _same_dir(a, b) -> bool:
+    from pathlib import Path
+
+    return b is not None and Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
 def run(args: argparse.Namespace) -> int:
-    from cherry.io import check_writable
     from cherry.launch import RankFailed
 
-    spec = spec_from_args(args, args._parser)
+    spec = spec_from_args(args, args._parser)  # each value checked first, then whether it applies
+    _refuse_what_does_not_apply(args)
     if spec.device == "cuda":
         import torch
 
@@ -196,11 +249,15 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--device: cuda was asked for, but no CUDA device is available")
     if spec.epochs < 1:
         raise ValueError(f"--epochs: expected an integer >= 1 for training, got {spec.epochs}")
-    if args.json is not None:
-        check_writable(args.json)  # before the work, not after it
+    if args.overwrite and args.save is None:
+        raise ValueError("--overwrite: applies to --save DIR only, and no --save was given")
+    if args.save is not None and not _same_dir(args.save, args.resume):
+        from cherry.execution.checkpoint import check_save_directory
+
+        check_save_directory(args.save, spec, args.overwrite)  # before the work: not after an epoch
     try:
         summary = train(spec, progress=not args.quiet, echo=lambda line: print(line, flush=True),
-                        save_dir=args.save, resume_dir=args.resume)
+                        save_dir=args.save, resume_dir=args.resume, overwrite=args.overwrite)
     except RankFailed as exc:
         print(f"cherry: error: {exc}", file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from cherry.data import checks
+from cherry.data.values import integer_array, integer_scalar
 
 
 def _numpy(name: str, value: Any, kind: str) -> np.ndarray:
@@ -29,7 +30,7 @@ def _numpy(name: str, value: Any, kind: str) -> np.ndarray:
     if kind == "int":
         if arr.size and arr.dtype.kind not in "iu":
             raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
-        return arr.astype(np.int64, copy=False)
+        return integer_array(arr, "value", name)  # an uint64 above 2**63 - 1 is named, not wrapped
     if arr.dtype.kind not in "fiu":
         raise TypeError(f"{name} must hold numbers, got dtype {arr.dtype}")
     return arr.astype(np.float32, copy=False)
@@ -71,7 +72,8 @@ def dataset_from_arrays(name: str, edge_index: Any = None, features: Any = None,
     if num_classes is None:
         labelled = y[y >= 0]
         num_classes = int(labelled.max()) + 1 if labelled.size else 1
-    checks.check_labels(y, n, int(num_classes))
+    num_classes = integer_scalar(num_classes, "num_classes", low=1)  # not 4.5, not "4"
+    checks.check_labels(y, n, num_classes)
     checks.check_splits(splits, n, y)
     if csc is not None:
         if not isinstance(csc, (tuple, list)) or len(csc) != 2:

@@ -80,12 +80,10 @@ def write_npy(path: Path, array: np.ndarray) -> None:
 def _check_ids(block: np.ndarray, num_nodes: int, first_row: int, where: str) -> None:
     if block.ndim != 2 or block.shape[1] != 2:
         raise ValueError(f"edges ({where}) must be pairs 'src,dst' ([2, E]), got rows of {block.shape[1]} columns")
-    if block.dtype.kind not in "iu":
-        bad = ~np.isfinite(block) | (block != np.floor(block))
-        if bad.any():
-            row, column = (int(i) for i in np.argwhere(bad)[0])
-            raise ValueError(f"{where} holds {block[row, column].item()!r} at row {first_row + row}, "
-                             f"column {column}; expected integer node ids")
+    if block.dtype.kind != "i":  # fractional, huge or text (a header row): refused, named, never cast
+        from cherry.data.values import integer_array
+
+        integer_array(block, "node id", where, first_row=first_row, source=Path(where))
     if block.size and (block.min() < 0 or block.max() >= num_nodes):
         bad_row = int(np.flatnonzero((block < 0).any(1) | (block >= num_nodes).any(1))[0])
         row = block[bad_row]
@@ -272,7 +270,7 @@ def convert_layout(directory: Path, meta_dict: dict, out_dir: Path, workdir: Pat
         if labels.dtype.kind == "f":
             labels = np.where(np.isnan(labels), checks.UNLABELLED, labels)
         labels = labels.astype(np.int64)
-        splits = {s: _as_int64(_whole_csv(files[s]).T[0], files[s], "node id").astype(np.int64)
+        splits = {s: _as_int64(_whole_csv(files[s]), files[s], "node id").astype(np.int64)
                   for s in checks.SPLITS}
         report("reading features in blocks", 0.0)
         feature_dim = write_features(out_dir / "features.npy", csv_blocks(files["features"]), n,

@@ -19,12 +19,17 @@ ROWS = 1 << 14  # rows per block (128 float32 features: 8 MiB)
 
 def _open(archive: zipfile.ZipFile, key: str):
     """The member ``key`` as a stream positioned after its header; and its shape, order and dtype."""
-    stream = archive.open(f"{key}.npy")
+    try:
+        stream = archive.open(f"{key}.npy")
+    except KeyError:  # a member missing: named with the archive, not zipfile's bare KeyError
+        members = ", ".join(n.removesuffix(".npy") for n in archive.namelist()) or "none"
+        raise ValueError(f"{archive.filename} has no member {key!r} (it holds: {members}); expected OGB's binary "
+                         "layout (edge_index, node_feat, num_nodes_list)") from None
     version = np.lib.format.read_magic(stream)
     read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
     shape, fortran, dtype = read(stream)
     if dtype.hasobject:
-        raise ValueError(f"npz member {key} holds Python objects; expected a numeric array")
+        raise ValueError(f"{archive.filename}: npz member {key} holds Python objects; expected a numeric array")
     return stream, tuple(shape), bool(fortran), dtype
 
 

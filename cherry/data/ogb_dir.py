@@ -11,8 +11,9 @@ OGB dataset (``ogbn_arxiv``: 40) and otherwise the largest label + 1.
 Both layouts are converted in bounded memory (`convert_directory`: features streamed, npz members
 read in blocks, the CSC built on disk by `cherry.data.bounded`), into the same bytes as reading them
 whole (`read_directory`, kept as the reference). The converted cache lives in ``<dir>/cherry`` (`cherry.data.cache`, checksummed, written atomically);
-its manifest records each source file's size and modification time, so an edited source is
-converted again and an unchanged one is read from the cache.
+its manifest records each source file's sha256, so an edited source is converted again (even with
+its size and modification time restored) and an unchanged one is read from the cache; the files'
+stat (with the change time, which no user can set back) spares re-reading them while untouched.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from cherry.data import cache as cache_mod
 from cherry.data import checks
 from cherry.data.arrays import undirected_csc
 from cherry.data.registry import CACHE_DIRNAME, OGB_SPECS
+from cherry.data.values import integer_array, integer_column
 
 LAYOUT_VERSION = 1
 
@@ -69,9 +71,17 @@ def source_files(directory: Path) -> dict[str, Path]:
     return files
 
 
-def fingerprint(files: dict[str, Path]) -> dict[str, list[int]]:
-    """Size and modification time of each source file: what the cache was built from."""
-    return {k: [p.stat().st_size, p.stat().st_mtime_ns] for k, p in sorted(files.items())}
+def fingerprint(files: dict[str, Path]) -> dict[str, str]:
+    """The sha256 of each source file's content: what the cache was built from, and what decides
+    whether it is stale (a size and a modification time can be restored by ``cp -p`` or tar over an
+    edit; the content cannot)."""
+    return {k: cache_mod.sha256_file(p) for k, p in sorted(files.items())}
+
+
+def _stat_key(files: dict[str, Path]) -> dict[str, list[int]]:
+    """Size, modification and change time and inode of each file: when all are as recorded, the
+    content is (the change time cannot be set back by a user), so the hashes need not be read again."""
+    return {k: [(st := p.stat()).st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] for k, p in sorted(files.items())}
 
 
 def _csv(path: Path, dtype) -> np.ndarray:
@@ -83,6 +93,38 @@ def _csv(path: Path, dtype) -> np.ndarray:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(f"{path} cannot be read ({type(exc).__name__}: {reason}); expected headerless "
                          "numeric CSV in gzip") from None
+
+
+def _member(npz, key: str, path: Path) -> np.ndarray:
+    """Member ``key`` of an open npz archive; a missing one is a one-line ValueError naming both."""
+    if key not in npz.files:
+        raise ValueError(f"{path} has no member {key!r} (it holds: {', '.join(npz.files) or 'none'}); expected "
+                         "OGB's binary layout (edge_index, node_feat, num_nodes_list)")
+    return npz[key]
+
+
+def _first_member(npz, path: Path) -> np.ndarray:
+    """The labels of ``raw/node-label.npz``: its one member, whatever its name."""
+    return _member(npz, npz.files[0] if npz.files else "node_label", path)
+
+
+def _num_nodes(path: Path) -> int:
+    """The node count of ``raw/num-node-list.csv.gz``: one integer (2000.5 is refused, not truncated)."""
+    counts = integer_column(_csv(path, None), "node count", str(path), source=path)
+    if counts.size != 1 or counts[0] < 0:
+        raise ValueError(f"{path} must hold one node count >= 0 (a single graph), got {counts.tolist()[:5]}")
+    return int(counts[0])
+
+
+def _labels(values, path: Path) -> np.ndarray:
+    """One label per row, as int64 (`cherry.data.values`: 1.5, -0.5, 1e20 or text refused; NaN is
+    unlabelled)."""
+    return integer_column(values, "label", str(path), missing=checks.UNLABELLED, source=path)
+
+
+def _splits(files: dict[str, Path]) -> dict[str, np.ndarray]:
+    """The split files' node ids, one per row, as int64 (`cherry.data.values`)."""
+    return {s: integer_column(_csv(files[s], None), "node id", str(files[s]), source=files[s]) for s in checks.SPLITS}
 
 
 def num_classes_for(directory: Path, labels: np.ndarray) -> int:
@@ -100,18 +142,17 @@ def read_directory(directory: Path) -> tuple[dict[str, np.ndarray], dict]:
     files = source_files(directory)
     if "graph" in files:
         with np.load(files["graph"]) as npz:
-            edges = np.asarray(npz["edge_index"], dtype=np.int64)
-            features = np.asarray(npz["node_feat"], dtype=np.float32)
+            edges = integer_array(_member(npz, "edge_index", files["graph"]), "node id", str(files["graph"]))
+            features = np.asarray(_member(npz, "node_feat", files["graph"]), dtype=np.float32)
             n = int(np.asarray(npz["num_nodes_list"]).reshape(-1)[0]) if "num_nodes_list" in npz else features.shape[0]
         with np.load(files["labels"]) as npz:
-            labels_f = np.asarray(npz[npz.files[0]], dtype=np.float64).reshape(-1)
+            labels = _labels(_first_member(npz, files["labels"]), files["labels"])
     else:
-        edges = _csv(files["edges"], np.int64).T
+        edges = integer_array(_csv(files["edges"], None), "node id", str(files["edges"]), source=files["edges"]).T
         features = _csv(files["features"], np.float32)
-        n = int(_csv(files["num_nodes"], np.int64).reshape(-1)[0]) if "num_nodes" in files else features.shape[0]
-        labels_f = _csv(files["labels"], np.float64).reshape(-1)
-    labels = np.where(np.isnan(labels_f), checks.UNLABELLED, labels_f).astype(np.int64)
-    splits = {s: _csv(files[s], np.int64).reshape(-1) for s in checks.SPLITS}
+        n = _num_nodes(files["num_nodes"]) if "num_nodes" in files else features.shape[0]
+        labels = _labels(_csv(files["labels"], None), files["labels"])
+    splits = _splits(files)
     checks.check_edges(edges, n, where=str(files.get("edges", files.get("graph"))))
     checks.check_features(features, n, where=str(files.get("features", files.get("graph"))))
     num_classes = num_classes_for(directory, labels)
@@ -127,7 +168,7 @@ def read_directory(directory: Path) -> tuple[dict[str, np.ndarray], dict]:
                "split_sizes": {s: int(v.size) for s, v in splits.items()},
                "degree": {"min": int(degree.min()) if n else 0, "median": float(np.median(degree)) if n else 0.0,
                           "max": int(degree.max()) if n else 0},
-               "metadata": {"source": "path", "layout_version": LAYOUT_VERSION, "files": fingerprint(files)}}
+               "metadata": _source_metadata(files)}
     return arrays, summary
 
 
@@ -200,20 +241,18 @@ def convert_directory(directory: Path, build_dir: Path, workdir: Path) -> dict:
         n, feature_dim = _write_features(build_dir / "features.npy", npz_stream.row_blocks(graph, "node_feat"),
                                          str(graph), n, workdir)
         with np.load(files["labels"]) as npz:
-            labels_f = np.asarray(npz[npz.files[0]], dtype=np.float64).reshape(-1)
+            labels = _labels(_first_member(npz, files["labels"]), files["labels"])
         edge_shape = npz_stream.header(graph, "edge_index")[0]
         edge_blocks = npz_stream.pair_blocks(graph, "edge_index")
         expected, edges_where = (edge_shape[1] if len(edge_shape) == 2 else None), str(graph)
     else:
-        n = int(_csv(files["num_nodes"], np.int64).reshape(-1)[0]) if "num_nodes" in files else None
+        n = _num_nodes(files["num_nodes"]) if "num_nodes" in files else None
         n, feature_dim = _write_features(build_dir / "features.npy", _blocks(files["features"]),
                                          str(files["features"]), n, workdir)
-        labels_f = _csv(files["labels"], np.float64).reshape(-1)
+        labels = _labels(_csv(files["labels"], None), files["labels"])
         edge_blocks = _blocks(files["edges"], bounded.READ_ROWS * 8)
         expected, edges_where = _count_lines(files["edges"]), str(files["edges"])
-    labels = np.where(np.isnan(labels_f), checks.UNLABELLED, labels_f).astype(np.int64)
-    del labels_f
-    splits = {s: _csv(files[s], np.int64).reshape(-1) for s in checks.SPLITS}
+    splits = _splits(files)
     num_classes = num_classes_for(directory, labels)
     checks.check_labels(labels, n, num_classes, where=str(files["labels"]))
     checks.check_splits(splits, n, labels, where={s: str(files[s]) for s in checks.SPLITS})
@@ -233,7 +272,11 @@ def convert_directory(directory: Path, build_dir: Path, workdir: Path) -> dict:
     return {"name": str(directory), "num_nodes": n, "num_edges": int(indptr[-1]), "source_edges": source_edges[0],
             "feature_dim": feature_dim, "num_classes": num_classes,
             "split_sizes": {s: int(v.size) for s, v in splits.items()}, "degree": degree_summary(indptr),
-            "metadata": {"source": "path", "layout_version": LAYOUT_VERSION, "files": fingerprint(files)}}
+            "metadata": _source_metadata(files)}
+
+
+def _source_metadata(files: dict[str, Path]) -> dict:
+    return {"source": "path", "layout_version": LAYOUT_VERSION, "files": fingerprint(files), "stat": _stat_key(files)}
 
 
 def _write_bounded(directory: Path, cache_dir: Path) -> None:
@@ -263,10 +306,13 @@ def cache_is_current(directory: Path) -> bool:
         manifest = cache_mod.read_manifest(cache_dir_of(directory))
     except (FileNotFoundError, ValueError):
         return False
-    expected = {"source": "path", "layout_version": LAYOUT_VERSION,
-                "files": fingerprint(source_files(directory))}
+    files = source_files(directory)
     meta = manifest.get("metadata", {})
-    return all(meta.get(k) == v for k, v in expected.items())
+    if meta.get("source") != "path" or meta.get("layout_version") != LAYOUT_VERSION:
+        return False
+    if meta.get("stat") == _stat_key(files) and meta.get("files") is not None:
+        return True  # untouched since the conversion (see `_stat_key`)
+    return meta.get("files") == fingerprint(files)  # the contents decide
 
 
 def prepare_directory(directory: Path, force: bool = False) -> Path:

@@ -2,7 +2,8 @@
 
 `source_files` maps each array to the file OGB reads it from (``processed/data_processed`` if OGB
 cached one, else the raw CSV or npz files and the split files). `file_problem` re-reads one file on
-its own (the whole gzip stream, so a truncated or bit-flipped member is found, then the CSV parse),
+its own (the whole gzip stream, so a truncated or bit-flipped member is found, then the CSV parse;
+an npz without pickles; a pickled file's archive CRCs only, never unpickled: that would run its code),
 so that `unreadable_error` can name the culprit after OGB failed with a bare EOFError or zlib error.
 """
 from __future__ import annotations
@@ -45,6 +46,14 @@ def source_files(directory: Path, split: str, binary: bool, extra, raw_only: boo
 
 def unreadable_error(directory: Path, files: dict, exc: BaseException) -> ValueError:
     """A one-line error naming the file OGB's loader failed on (found by reading each file again)."""
+    from cherry.safe_load import refusal, unsafe_load_reason
+
+    reason = unsafe_load_reason(exc)
+    if reason is not None:  # one of the pickled files: name those present
+        pickled = [str(p) for k, p in files.items() if k != "extra" and p.exists()
+                   and not p.name.endswith((".csv.gz", ".npz"))]
+        return ValueError(refusal(" or ".join(dict.fromkeys(pickled)) or str(directory), reason,
+                                  "delete it: OGB writes it again from the raw files"))
     paths = dict.fromkeys(p for k, v in files.items() for p in (v if k == "extra" else (v,)))
     for path in paths:
         problem = file_problem(path)
@@ -55,7 +64,8 @@ def unreadable_error(directory: Path, files: dict, exc: BaseException) -> ValueE
 
 
 def file_problem(path: Path) -> str | None:
-    """What is wrong with one of OGB's input files (gzip integrity, CSV parse, npz/pickle load), or None."""
+    """What is wrong with one of OGB's input files (gzip integrity, CSV parse, npz load,
+    the CRCs of a pickle's archive; a pickle is never unpickled here), or None."""
     path = Path(path)
     try:
         if path.name.endswith(".csv.gz"):
@@ -72,13 +82,11 @@ def file_problem(path: Path) -> str | None:
                     row = int(text.to_numpy().nonzero()[0][0])
                     return f"holds {frame[column].iloc[row]!r} at row {row}, column {column}; expected numbers"
         elif path.suffix == ".npz":
-            with np.load(path) as npz:
+            with np.load(path, allow_pickle=False) as npz:
                 for key in npz.files:
                     npz[key]
         elif path.exists():
-            import torch
-
-            torch.load(path, weights_only=False)
+            return _pickle_archive_problem(path)
     except EOFError:
         return "is truncated (the gzip stream ends before its end-of-stream marker)"
     except (gzip.BadGzipFile, zlib.error) as exc:
@@ -86,6 +94,22 @@ def file_problem(path: Path) -> str | None:
     except Exception as exc:  # pandas' parser errors, zipfile, pickle: name the file and the reason
         reason = str(exc).splitlines()[0] if str(exc) else ""
         return f"cannot be parsed ({type(exc).__name__}: {reason})"
+    return None
+
+
+def _pickle_archive_problem(path: Path) -> str | None:
+    """What is wrong with the container of one of OGB's pickled files (``processed/data_processed``,
+    ``split_dict.pt``): every member's CRC is read, nothing is unpickled. Unpickling runs code, so only
+    OGB's own loader, which must, does it; this path never does."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except zipfile.BadZipFile as exc:
+        return f"is not a torch.save archive ({exc}); OGB writes it again when it is deleted"
+    if bad is not None:
+        return f"is corrupt (member {bad} fails its CRC check); OGB writes it again when it is deleted"
     return None
 
 

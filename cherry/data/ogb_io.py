@@ -6,8 +6,9 @@ whose raw files are present (`real_csv_meta_dict`), in bounded memory with `cher
 instead, which gives the same cache bytes. OGB may prompt (``input()``) when ``RELEASE_v1.txt`` is missing and may try to download
 when raw files are missing; both would hang or crash a batch job, so `check_ogb_files` runs first and
 `read_ogb` additionally disables OGB's download and prompt while it runs. OGB's own console output is
-captured (the data layer never prints), and its cached ``processed/`` file is loaded with
-``weights_only=False`` (it holds numpy arrays; torch >= 2.6 refuses them otherwise).
+captured (the data layer never prints). OGB's loader unpickles its cached ``processed/`` files itself,
+and while it runs its ``torch.load`` is `cherry.safe_load.load_arrays` (tensors and numeric numpy
+arrays only), so a crafted file is refused in one line and runs no code.
 
 What OGB's loader lets through is checked here: a file it cannot read (truncated or corrupt gzip,
 unparsable CSV) is named in a one-line ValueError (found by re-reading each input file only after
@@ -31,7 +32,6 @@ import contextlib
 import importlib
 import importlib.util
 import io
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -229,21 +229,18 @@ def _ogb_guard():
             warnings.simplefilter("ignore")
             yield
         return
-    saved_download, saved_input = ogb_dataset.decide_download, builtins.input
-    saved_env = os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
+    from cherry.safe_load import data_only_torch
+
+    saved_download, saved_input, saved_torch = ogb_dataset.decide_download, builtins.input, ogb_dataset.torch
     sink = io.StringIO()
     ogb_dataset.decide_download, builtins.input = _refuse_download, _refuse_prompt
-    os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
+    ogb_dataset.torch = data_only_torch()  # its torch.load of the processed files: data only
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             warnings.simplefilter("ignore")
             yield
     finally:
-        ogb_dataset.decide_download, builtins.input = saved_download, saved_input
-        if saved_env is None:
-            os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-        else:
-            os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = saved_env
+        ogb_dataset.decide_download, builtins.input, ogb_dataset.torch = saved_download, saved_input, saved_torch
 
 
 def _source_files(name: str, directory: Path, meta_dict: dict | None) -> dict[str, Path]:
@@ -257,12 +254,12 @@ def _source_files(name: str, directory: Path, meta_dict: dict | None) -> dict[st
 
 
 def _as_int64(values, path: Path, what: str) -> np.ndarray:
-    """``values`` as int64, refusing non-integral numbers (a plain cast would truncate 1.5 to 1)."""
-    arr = np.asarray(values).reshape(-1)
-    if arr.dtype.kind == "f" and not bool(np.all(np.isnan(arr) | (arr == np.floor(arr)))):
-        pos = int(np.flatnonzero(~np.isnan(arr) & (arr != np.floor(arr)))[0])
-        raise ValueError(f"{path}: {what} at row {pos} is {arr[pos]}; expected an integer")
-    return arr
+    """``values`` (one column) as int64 through `cherry.data.values`: a fractional, huge or textual
+    value is refused, not cast; a missing (NaN) label is `UNLABELLED`."""
+    from cherry.data.values import integer_column
+
+    return integer_column(values, what, str(path), missing=UNLABELLED if what == "label" else None,
+                          source=Path(path))
 
 
 def read_ogb(name: str, directory: Path, meta_dict: dict | None = None) -> dict:

@@ -225,30 +225,49 @@ class Trainer:
         )
 
     def fit(self, on_step: Optional[Callable[[StepStats], None]] = None, save_dir=None,
-            resume_dir=None) -> Iterator[EpochResult]:
+            resume_dir=None, overwrite: bool = False,
+            on_epoch_start: Optional[Callable[[int], None]] = None) -> Iterator[EpochResult]:
         """Train ``spec.epochs`` epochs, yielding each epoch's result as it completes.
 
         ``save_dir``: write a checkpoint there after each epoch and keep the best-validation model
-        (`cherry.execution.checkpoint`); ``resume_dir``: continue the run checkpointed there (the
-        same losses as without the interruption). Both may name the same directory.
+        (`cherry.execution.checkpoint`: the directory is locked while the run writes it; a checkpoint
+        of another spec there is refused unless ``overwrite``); ``resume_dir``: continue the run
+        checkpointed there (the same losses as without the interruption; its finished epochs are
+        `resumed_history`). Both may name the same directory. ``on_epoch_start(epoch)`` is called
+        before each epoch trains, ``on_step(stats)`` after each step.
         """
+        from pathlib import Path
+
         from cherry.execution.checkpoint import Checkpointer
 
         start = self.resume(resume_dir) if resume_dir is not None else 0
-        saver = Checkpointer(save_dir, self.spec) if save_dir is not None else None
-        if saver is not None and self._resumed is not None:
-            saver.adopt(self._resumed)
-        for epoch in range(start, self.spec.epochs):
-            result = self.run_epoch(epoch, on_step)
+        same = resume_dir is not None and save_dir is not None and \
+            Path(resume_dir).expanduser().resolve() == Path(save_dir).expanduser().resolve()
+        saver = Checkpointer(save_dir, self.spec, overwrite=overwrite, resumed=same) if save_dir is not None else None
+        try:
+            if saver is not None and self._resumed is not None:
+                saver.adopt(self._resumed)
+            for epoch in range(start, self.spec.epochs):
+                if on_epoch_start is not None:
+                    on_epoch_start(epoch)
+                result = self.run_epoch(epoch, on_step)
+                if saver is not None:
+                    saver.save(self, result)
+                yield result
+        finally:
             if saver is not None:
-                saver.save(self, result)
-            yield result
+                saver.close()
 
     _resumed: Optional[dict] = None
 
+    @property
+    def resumed_history(self) -> list[dict]:
+        """The finished epochs (`EpochResult` as dicts) of the checkpoint `resume` restored; empty if none."""
+        return [dict(e) for e in self._resumed["history"]] if self._resumed is not None else []
+
     def resume(self, resume_dir) -> int:
         """Restore the checkpoint in ``resume_dir`` (`cherry.execution.checkpoint`); return the first
-        epoch still to run. The restored checkpoint stays in ``self._resumed`` (its history)."""
+        epoch still to run. The restored checkpoint's finished epochs are `resumed_history`."""
         from cherry.execution.checkpoint import load_trainer_state, read_checkpoint
 
         checkpoint = read_checkpoint(resume_dir, self.spec)

@@ -50,6 +50,7 @@ class BlockModel(nn.Module):
         self.dropout = NodeDropout(spec.dropout)
         # layer -1: its masks are independent of the hidden layers' (cherry.models.dropout.layer_seed)
         self.input_dropout = NodeDropout(getattr(spec, "input_dropout", 0.0))
+        self._out_dims = tuple(d.out_dim for d in spec.layer_dims())
 
     def forward_layer(self, index: int, block: Block, h: torch.Tensor) -> torch.Tensor:
         """Layer ``index`` on one block, with the activation that follows it (none for the last).
@@ -58,9 +59,20 @@ class BlockModel(nn.Module):
         """
         with node_rows(block, index):  # tells a user layer's ExactDropout which nodes its rows are
             out = self.layers[index](block, h)
+        self._check_output(index, block, out)
         if index < len(self.layers) - 1:
             out = self.dropout(torch.relu(out), block.dst_nodes, index)
         return out
+
+    def _check_output(self, index: int, block: Block, out: object) -> None:
+        """The layer contract, checked where a layer returns (shapes only: no device sync), so a user
+        layer's wrong shape is named here rather than by a torch op two layers on."""
+        want = (block.num_dst, self._out_dims[index])
+        if not isinstance(out, torch.Tensor) or out.dim() != 2 or tuple(out.shape) != want:
+            layer = self.layers[index]
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"layer {index} ({type(layer).__name__}) returned {got}; the layer contract is "
+                             f"layer(block, h) -> [block.num_dst, out_dim] = {list(want)} (docs/library.md)")
 
     def forward(self, blocks: Blocks, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(blocks, Blocks):

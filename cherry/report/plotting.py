@@ -68,9 +68,11 @@ def log2_axis(ax, values) -> None:
 
 def parse_figure_args(parser, argv):
     """Add ``--png``/``--pdf`` to ``parser``, parse ``argv`` and insist on at least one of them."""
-    parser.add_argument("--png", default=None)
-    parser.add_argument("--pdf", default=None)
-    args = parser.parse_args(argv)
+    from cherry.outputs import add_output, parse_checked
+
+    add_output(parser, "--png", default=None)
+    add_output(parser, "--pdf", default=None)
+    args = parse_checked(parser, argv)
     if not args.png and not args.pdf:
         parser.error("give --png and/or --pdf")
     return args

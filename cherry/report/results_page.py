@@ -121,14 +121,18 @@ def write_results_page(results_dir: Path, out_dir: Path, captions_dir: Optional[
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from cherry.outputs import DIR, add_output, parse_checked
+
     parser = argparse.ArgumentParser(prog="python -m cherry.report.results_page", description=__doc__.split("\n")[0])
     parser.add_argument("--results", type=Path, default=Path("results"), help="the workflow's results folder")
     parser.add_argument("--captions", type=Path, default=None, help="folder of <figure>.rst captions")
-    parser.add_argument("--out", type=Path, required=True, help="folder to write results.md and figures/ into")
-    args = parser.parse_args(argv)
+    add_output(parser, "--out", kind=DIR, type=Path, required=True, help="folder to write results.md and figures/ into")
+    args = parse_checked(parser, argv)
     print(write_results_page(args.results, args.out, args.captions))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from cherry.errors import run_boundary
+
+    sys.exit(run_boundary("cherry.report.results_page", main))

@@ -388,13 +388,14 @@ def render_summary(frame: pd.DataFrame, verify_paths: list[str], searches: Optio
 
 def main(argv: Optional[list[str]] = None) -> int:
     from cherry.io import write_bytes_atomic
+    from cherry.outputs import add_output, parse_checked
 
     parser = argparse.ArgumentParser(prog="python -m cherry.report.summary", description=__doc__.splitlines()[0])
     parser.add_argument("verify", nargs="*", help="records of `cherry verify --json` (one per check)")
     t.add_report_inputs(parser)
-    parser.add_argument("--out", required=True, help="Markdown file to write")
-    parser.add_argument("--json", default=None, help="also write every timed ratio and its verdict here")
-    args = parser.parse_args(argv)
+    add_output(parser, "--out", required=True, help="Markdown file to write")
+    add_output(parser, "--json", default=None, help="also write every timed ratio and its verdict here")
+    args = parse_checked(parser, argv)
     try:
         frame, searches, sizes = t.read_report_inputs(args)
     except ValueError as exc:

@@ -54,7 +54,7 @@ CASES = {  # id: (damage, what the message must say)
                         r"node-label\.csv\.gz\): node 1 has label 40; expected a class in \[0, 40\)"),
     "label-negative": (_gz("raw/node-label.csv.gz", "0\n1\n3\n-3\n1\n0\n"), r"node 3 has label -3"),
     "label-fractional": (_gz("raw/node-label.csv.gz", "0\n1.5\n3\n3\n1\n0\n"),
-                         r"node-label\.csv\.gz: label at row 1 is 1\.5; expected an integer"),
+                         r"node-label\.csv\.gz holds 1\.5 at row 1; expected integer labels"),
     "label-fewer-rows": (_gz("raw/node-label.csv.gz", "0\n1\n"), r"node-label\.csv\.gz\) have 2 labels for 6 nodes; expected one label per node"),
     "label-missing-on-train-node": (_gz("raw/node-label.csv.gz", "0\nnan\n3\n3\n1\n0\n"),
                                     r"train split \(.*train\.csv\.gz\) holds node 1, which is unlabelled"),

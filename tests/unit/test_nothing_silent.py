@@ -205,10 +205,13 @@ def test_a_manifest_that_is_a_directory_is_one_line(synth_tiny, data_root, tmp_p
     assert one_line_error(capsys) == f"cherry: error: {str(manifest)!r}: Is a directory"
 
 
-def test_the_boundary_keeps_the_traceback_of_a_bug():
+def test_the_boundary_keeps_the_traceback_of_a_bug_on_request(monkeypatch, capsys):
     def body():
         raise RuntimeError("a bug")
 
+    assert run_boundary("prog", body) == EXIT_FAULT  # one line naming the class and where
+    assert "internal error: RuntimeError: a bug (at test_nothing_silent.py:" in one_line_error(capsys)
+    monkeypatch.setenv("CHERRY_TRACEBACK", "1")
     with pytest.raises(RuntimeError, match="a bug"):
         run_boundary("prog", body)
 
@@ -221,21 +224,21 @@ def test_a_deeply_nested_spec_is_one_line(tmp_path, capsys):
 
 
 def test_python_m_entry_points_share_the_boundary(tmp_path):
-    # the aggregation's table under a file: NotADirectoryError at the write, one line naming the path
-    # (every `python -m cherry...` main runs through `cherry.errors.run_boundary`)
+    # the aggregation's table under a file: refused before the work (`cherry.outputs`), one line naming
+    # the path (every `python -m cherry...` main runs through `cherry.errors.run_boundary`)
     blocker = tmp_path / "file"
     blocker.write_text("x")
     result = subprocess.run([sys.executable, "-m", "cherry.bench.aggregate", "--out-csv", str(blocker / "runs.csv")],
                             capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                             timeout=120)
-    assert result.returncode == EXIT_FAULT and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == EXIT_BAD_INPUT and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(blocker) in lines[0], result.stderr
 
 
 def test_json_empty_path_is_refused_before_training(data_root, capsys):
     assert main(["train", *TINY, "--root", str(data_root), "--json", ""]) == EXIT_BAD_INPUT
-    assert "output '' is empty" in one_line_error(capsys)
+    assert "--json '' is empty" in one_line_error(capsys)
 
 
 @pytest.mark.parametrize("bench", ["engine", "planner"])

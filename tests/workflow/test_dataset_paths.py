@@ -26,6 +26,8 @@ def test_dry_run_plans_a_dataset_given_by_path(synth_tiny, data_root, tmp_path):
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
     assert f"cherry data prepare {mine}" in out and f"results/data/{dataset_slug(str(mine))}/info.json" in out
+    assert f"cherry data prepare {mine} --root" not in out  # read where it is: --root does not apply to it
+    assert "cherry data prepare synth-tiny" not in out or f"--root {data_root}" in out
     config["experiments"]["microbatch_cost"][0]["dataset"] = str(tmp_path / "absent")
     write_config(tmp_path / "wf", config)
     result = snakemake(tmp_path / "wf", "-n", "--cores", "1")  # a dry run plans without the data, and says so

@@ -7,7 +7,7 @@ import shlex
 import sys
 
 from cherry.bench.phases import PHASES, figure_sources, timed_phases
-from cherry.data.ogb_dir import dataset_slug
+from cherry.data.ogb_dir import dataset_slug, is_dataset_path
 from cherry.bench.experiments import (
     ConfigError,
     check_datasets_available,
@@ -223,8 +223,11 @@ def check_arguments(wildcards):
 
 
 def root_option(wildcards):
-    """`--root DIR` of the `cherry data` commands, or nothing for the default data directory."""
-    return "" if DATA_ROOT is None else f"--root {shlex.quote(str(DATA_ROOT))}"
+    """`--root DIR` of the `cherry data` commands, or nothing for the default data directory or for
+    a dataset given by its path (read where it is: `cherry data` refuses --root for it)."""
+    if DATA_ROOT is None or ("dataset" in wildcards.keys() and is_dataset_path(dataset_name(wildcards))):
+        return ""
+    return f"--root {shlex.quote(str(DATA_ROOT))}"
 
 
 def ordering_root(wildcards):
