@@ -504,7 +504,9 @@ class MicrobatchExecutor:
             return self.model(prepared.blocks, prepared.x)
         from torch.utils.checkpoint import checkpoint
 
-        h = prepared.x
+        # the input dropout runs outside the checkpoints: its output is the first layer's kept input
+        forward_input = getattr(self.model, "forward_input", None)
+        h = prepared.x if forward_input is None else forward_input(prepared.blocks, prepared.x)
         for index, block in enumerate(prepared.blocks.layers):
             h = checkpoint(self.model.forward_layer, index, block, h, use_reentrant=False)
         return h

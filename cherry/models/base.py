@@ -51,6 +51,11 @@ class BlockModel(nn.Module):
         # layer -1: its masks are independent of the hidden layers' (cherry.models.dropout.layer_seed)
         self.input_dropout = NodeDropout(getattr(spec, "input_dropout", 0.0))
 
+    def forward_input(self, blocks: Blocks, x: torch.Tensor) -> torch.Tensor:
+        """What the first layer reads: ``x`` after input dropout. Exposed with `forward_layer` so that a
+        path running the layers one at a time (recomputation) applies the same input dropout."""
+        return self.input_dropout(x, blocks.input_nodes, -1)
+
     def forward_layer(self, index: int, block: Block, h: torch.Tensor) -> torch.Tensor:
         """Layer ``index`` on one block, with the activation that follows it (none for the last).
 
@@ -70,7 +75,7 @@ class BlockModel(nn.Module):
                 f"blocks has {blocks.num_layers} layers but the model has {self.spec.num_layers}; they must be equal"
             )
         check_features(x, blocks.layers[0].num_src, self.spec.in_dim)
-        h = self.input_dropout(x, blocks.input_nodes, -1)
+        h = self.forward_input(blocks, x)
         for index, block in enumerate(blocks.layers):
             h = self.forward_layer(index, block, h)
         return h
