@@ -52,6 +52,11 @@ class BlockModel(nn.Module):
         self.input_dropout = NodeDropout(getattr(spec, "input_dropout", 0.0))
         self._out_dims = tuple(d.out_dim for d in spec.layer_dims())
 
+    def forward_input(self, blocks: Blocks, x: torch.Tensor) -> torch.Tensor:
+        """What the first layer reads: ``x`` after input dropout. Exposed with `forward_layer` so that a
+        path running the layers one at a time (recomputation) applies the same input dropout."""
+        return self.input_dropout(x, blocks.input_nodes, -1)
+
     def forward_layer(self, index: int, block: Block, h: torch.Tensor) -> torch.Tensor:
         """Layer ``index`` on one block, with the activation that follows it (none for the last).
 
@@ -82,7 +87,7 @@ class BlockModel(nn.Module):
                 f"blocks has {blocks.num_layers} layers but the model has {self.spec.num_layers}; they must be equal"
             )
         check_features(x, blocks.layers[0].num_src, self.spec.in_dim)
-        h = self.input_dropout(x, blocks.input_nodes, -1)
+        h = self.forward_input(blocks, x)
         for index, block in enumerate(blocks.layers):
             h = self.forward_layer(index, block, h)
         return h

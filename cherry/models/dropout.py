@@ -13,8 +13,11 @@ Where the step seed comes from: `cherry.execution.MicrobatchExecutor` sets it on
 micro-batches of a step, including those re-planned after an out-of-memory, share it. Without a step
 seed (a model trained outside the executor, e.g. by the baselines) the layer is ``F.dropout``.
 
-Vectorised torch on the rows' device: no host synchronisation. Covers feature dropout between
-layers (every model here); models have no attention dropout and no BatchNorm.
+The mask is never stored: `cherry.ops.node_dropout` hashes each element's keep bit where it is used
+(a native CPU/CUDA kernel, or a chunked PyTorch reference) and recomputes it in backward from the rows'
+``[R]`` node states, so a dropout costs its output only. `dropout_keep` materialises the same mask
+(tests and diagnostics). No host synchronisation. Covers feature dropout between layers and on the input
+features (every model here); models have no attention dropout and no BatchNorm.
 """
 from __future__ import annotations
 
@@ -24,7 +27,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cherry.ops.reference_sampling import MASK32, mix32, node_states
+from cherry.ops.dropout import dropout_threshold, node_dropout
+from cherry.ops.reference_dropout import keep_mask
+from cherry.ops.reference_sampling import node_states
 
 _GOLDEN64 = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1
@@ -35,15 +40,28 @@ def layer_seed(step_seed: int, layer: int) -> int:
     return (int(step_seed) + _GOLDEN64 * (int(layer) + 1)) & _MASK64
 
 
-def dropout_keep(nodes: torch.Tensor, width: int, p: float, step_seed: int, layer: int) -> torch.Tensor:
-    """``[len(nodes), width]`` bool: which elements of the rows of global ``nodes`` are kept."""
+def dropout_states(nodes: torch.Tensor, step_seed: int, layer: int) -> torch.Tensor:
+    """``[len(nodes)]`` int64 hash states of the rows of global ``nodes`` for ``layer``'s masks at the
+    step with ``step_seed``: what `cherry.ops.node_dropout` hashes with the column index."""
     if not isinstance(nodes, torch.Tensor) or nodes.dtype != torch.int64 or nodes.dim() != 1:
         raise ValueError("nodes must be a 1-D int64 tensor of global node ids")
+    return node_states(layer_seed(step_seed, layer), nodes)
+
+
+def dropout_keep(nodes: torch.Tensor, width: int, p: float, step_seed: int, layer: int) -> torch.Tensor:
+    """``[len(nodes), width]`` bool: which elements of the rows of global ``nodes`` are kept.
+
+    Materialises the mask with ``[len(nodes), width]`` int64 temporaries: for tests and diagnostics;
+    the layers apply it through `cherry.ops.node_dropout`, which stores no mask."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-    state = node_states(layer_seed(step_seed, layer), nodes)
-    words = mix32(state.unsqueeze(1) ^ torch.arange(width, dtype=torch.int64, device=nodes.device))
-    return words >= int(round(p * (MASK32 + 1)))
+    return keep_mask(dropout_states(nodes, step_seed, layer), width, dropout_threshold(p))
+
+
+def apply_dropout(h: torch.Tensor, nodes: torch.Tensor, p: float, step_seed: int, layer: int) -> torch.Tensor:
+    """``h [R, F]`` with the exact mask of the rows of global ``nodes`` applied and scaled by 1 / (1 - p):
+    bit for bit ``h * dropout_keep(...) * (1 / (1 - p))``, at the memory of the output."""
+    return node_dropout(h, dropout_states(nodes.to(h.device), step_seed, layer), p)
 
 
 class NodeDropout(nn.Module):
@@ -63,8 +81,7 @@ class NodeDropout(nn.Module):
             return F.dropout(h, self.p, True)
         if nodes.numel() != h.shape[0]:
             raise ValueError(f"dropout needs one node id per row: {nodes.numel()} ids for {h.shape[0]} rows")
-        keep = dropout_keep(nodes.to(h.device), h.shape[1], self.p, self.step_seed, layer)
-        return h * keep.to(h.dtype) * (1.0 / (1.0 - self.p))
+        return apply_dropout(h, nodes, self.p, self.step_seed, layer)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

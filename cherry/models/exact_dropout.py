@@ -2,7 +2,7 @@
 
 A plain ``nn.Dropout`` draws a fresh mask per call, so a node's row gets a different mask in each
 micro-batch that holds it and the accumulated gradient is no longer the whole batch's. `ExactDropout`
-draws the mask of a row from the row's global node id (`cherry.models.dropout.dropout_keep`), like
+draws the mask of a row from the row's global node id (`cherry.models.dropout.apply_dropout`), like
 `NodeDropout`, but finds the ids itself: whoever runs a layer on a block (`BlockModel`, the DGL and
 PyG adapters) enters `node_rows(block, layer)`, and a tensor of ``R`` rows is taken to hold the rows
 of ``block.src_nodes[:R]`` when ``R`` is the block's source or destination count (destinations are a
@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 from torch.nn import functional as F
 
-from cherry.models.dropout import NodeDropout, dropout_keep
+from cherry.models.dropout import NodeDropout, apply_dropout
 
 _CONTEXT: contextvars.ContextVar = contextvars.ContextVar("cherry_node_rows", default=None)
 _CALL_SEED_BASE = 1 << 20  # keeps these masks apart from NodeDropout's (layer indices are small)
@@ -68,5 +68,4 @@ class ExactDropout(NodeDropout):
                              "node features")
         flat = h.reshape(rows, -1)
         seed_layer = _CALL_SEED_BASE + layer_index * 64 + calls
-        keep = dropout_keep(src[:rows].to(h.device), flat.shape[1], self.p, self.step_seed, seed_layer)
-        return (flat * keep.to(h.dtype) * (1.0 / (1.0 - self.p))).reshape(h.shape)
+        return apply_dropout(flat, src[:rows], self.p, self.step_seed, seed_layer).reshape(h.shape)

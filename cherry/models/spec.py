@@ -46,6 +46,8 @@ class LayerDims:
     (for SAGE-mean and GCN the linear map is applied before aggregation when it narrows the rows, as in
     DGL, so the aggregated width is ``min(in_dim, out_dim)``). ``heads`` is 1 except for GAT, whose
     per-edge attention tensors are ``[E, heads]`` and messages ``[E, heads, head_dim]``.
+    ``dropout`` is the probability of the dropout on the layer's output (0 for the last layer) and
+    ``input_dropout`` that of the dropout on its input (the input layer's features only).
     """
 
     index: int
@@ -58,6 +60,8 @@ class LayerDims:
     head_dim: int
     is_last: bool
     lstm_impl: Optional[str] = None
+    dropout: float = 0.0
+    input_dropout: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,8 @@ class ModelSpec:
                     head_dim=head_dim,
                     is_last=is_last,
                     lstm_impl=self.lstm_impl if self.aggr == "lstm" else None,
+                    dropout=0.0 if is_last else self.dropout,
+                    input_dropout=self.input_dropout if index == 0 else 0.0,
                 )
             )
             in_dim = out_dim

@@ -3,8 +3,10 @@
 - Autograd (`torch.library.register_autograd`): ``csr_aggregate_forward`` and ``edge_softmax_forward``
   differentiate through their ``*_backward`` ops (first order only: the backward ops have no autograd),
   so `cherry.ops.aggregate` calls the ops directly instead of wrapping them in an autograd.Function.
+  ``node_dropout`` differentiates through itself (the gradient is the same mask applied to the output's
+  gradient), saving only its ``[R]`` states; that backward is differentiable again.
 - Fake (meta) kernels (`torch.library.register_fake`) for the ops whose output shapes follow from their
-  inputs' shapes (aggregation, edge softmax, the LSTM cell's backward), so they trace under
+  inputs' shapes (aggregation, edge softmax, the LSTM cell's backward, node dropout), so they trace under
   ``torch.compile`` and pass `torch.library.opcheck`'s fake-tensor tests. The sampling and planning ops
   have data-dependent output sizes and run eagerly only (no fake kernel).
 """
@@ -40,6 +42,21 @@ def _softmax_backward(ctx, grad_out):
     return None, torch.ops.cherry.edge_softmax_backward(indptr, out, grad_out.contiguous())
 
 
+def _dropout_setup_context(ctx, inputs, output) -> None:
+    _, states, threshold, scale = inputs
+    ctx.save_for_backward(states)  # the mask is recomputed from the states, never stored
+    ctx.threshold, ctx.scale = threshold, scale
+
+
+def _dropout_backward(ctx, grad_out):
+    (states,) = ctx.saved_tensors
+    return torch.ops.cherry.node_dropout(grad_out, states, ctx.threshold, ctx.scale), None, None, None
+
+
+def _fake_node_dropout(x, states, threshold, scale):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
 def _fake_aggregate_forward(indptr, indices, x_src, reduce):
     shape = (indptr.shape[0] - 1, x_src.shape[1])
     argmax_shape = shape if reduce == "max" else (0,)
@@ -69,7 +86,12 @@ FAKE_OPS = {
     "edge_softmax_forward": _fake_softmax_forward,
     "edge_softmax_backward": _fake_softmax_backward,
     "lstm_cell_backward_": _fake_lstm_cell_backward_,
+    "node_dropout": _fake_node_dropout,
 }
+
+
+def _has_op(name: str) -> bool:
+    return hasattr(torch.ops.cherry, name)
 
 
 def register() -> None:
@@ -82,6 +104,9 @@ def register() -> None:
                                     setup_context=_aggregate_setup_context)
     torch.library.register_autograd(lib + "edge_softmax_forward", _softmax_backward,
                                     setup_context=_softmax_setup_context)
+    if _has_op("node_dropout"):  # a build older than these sources lacks it (cherry.ops.dropout falls back)
+        torch.library.register_autograd(lib + "node_dropout", _dropout_backward, setup_context=_dropout_setup_context)
     for name, fake in FAKE_OPS.items():
-        torch.library.register_fake(lib + name, fake)
+        if _has_op(name):
+            torch.library.register_fake(lib + name, fake)
     _done = True

@@ -73,7 +73,9 @@ def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: boo
                 device_type: str | None = None) -> tuple[LayerCost, ...]:
     """Analytic per-count float costs of each layer (input layer first).
 
-    ``layer_dims`` are `cherry.models.LayerDims`. ``fused_aggregation`` says whether mean/sum/max
+    ``layer_dims`` are `cherry.models.LayerDims`; a dropout costs its output only (input dropout: a
+    copy of the input rows; hidden dropout: one more row per destination), its mask being recomputed
+    rather than kept. ``fused_aggregation`` says whether mean/sum/max
     aggregation runs in the native O(destinations x features) kernel; the reference gathers an
     [E, width] message tensor first. ``prefetch_inputs``: the executor's pipeline gathers the next
     micro-batch's input rows while this one computes; micro-batches are balanced, so that is priced as
@@ -87,10 +89,13 @@ def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: boo
         per_src = float(d.in_dim) * (2 if prefetch_inputs else 1) if d.index == 0 else 0.0
         per_edge = 2 * INDEX_BYTES / FLOAT_BYTES  # local CSC indices and destination ids
         gather = 0.0 if fused_aggregation else float(agg)
-        out_path = (2 + (0 if d.is_last else 3)) * d.out_dim  # two maps, sum, ReLU, dropout mask
+        # two maps, then above the last layer: sum, ReLU and, with dropout, its output (the exact
+        # dropout stores no mask: cherry.ops.node_dropout recomputes it in backward)
+        out_path = (2 + (0 if d.is_last else 2 + (1 if d.dropout > 0 else 0))) * d.out_dim
         if d.model == "gat":
             per_src += d.heads * (d.head_dim + 1)  # W h_src and a_l . W h_src
-            per_dst = d.heads + d.heads * d.head_dim * (1 if d.is_last else 4)
+            # above the last layer three more rows, and dropout's output with dropout (no mask is kept)
+            per_dst = d.heads + d.heads * d.head_dim * (1 if d.is_last else 3 + (1 if d.dropout > 0 else 0))
             per_edge += 4 * d.heads + 2 * d.heads * d.head_dim  # logits, leaky, softmax, messages
         elif d.aggr == "pool":
             per_src += 2.0 * agg  # W_pool h_src and its ReLU
@@ -108,7 +113,10 @@ def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: boo
             per_dst = float(agg) + out_path
             per_edge += gather
         prefetch = float(d.in_dim) if prefetch_inputs and d.index == 0 else 0.0
-        costs.append(LayerCost(per_src, per_dst, per_edge, float(d.in_dim), prefetch))
+        # input dropout holds a dropped copy of the gathered rows (this micro-batch's only), which
+        # is the first layer's input: recomputation keeps it too
+        dropped = float(d.in_dim) if d.input_dropout > 0 else 0.0
+        costs.append(LayerCost(per_src + dropped, per_dst, per_edge, float(d.in_dim) + dropped, prefetch))
     return tuple(costs)
 
 

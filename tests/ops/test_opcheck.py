@@ -17,6 +17,7 @@ import torch
 
 from cherry.data.degree_laws import degree_law_graph
 from cherry.ops import aggregate, extension_available, extension_status, feature_cache, lstm, planning, sampling
+from cherry.ops.dropout import node_dropout
 from cherry.ops.registrations import FAKE_OPS
 from cherry.sampling import NeighborSampler, slice_blocks_many
 
@@ -73,6 +74,9 @@ def _exercise(device: str) -> None:
         aggregate.aggregate_block(top, x, reduce).sum().backward()
     scores = torch.randn(top.indices.numel(), 2, device=device, dtype=torch.float64, requires_grad=True)
     (aggregate.edge_softmax_block(top, scores) * torch.rand_like(scores)).sum().backward()
+    rows = torch.randn(top.src_nodes.numel(), 7, device=device, dtype=torch.float64, requires_grad=True)
+    states = torch.randint(0, 2**32, (rows.shape[0],), generator=gen).to(device)
+    (node_dropout(rows, states, 0.5) * torch.rand_like(rows)).sum().backward()
     if device == "cpu":  # the LSTM cell's backward has a CPU kernel only
         n, hidden = 6, 3
         act, c_prev, tanh_c, dh, dc = (torch.randn(n, h) for h in (4 * hidden, hidden, hidden, hidden, hidden))
