@@ -178,6 +178,7 @@ def check_datasets_available(config: Mapping[str, Any]) -> None:
     """Raise `ConfigError` (one line naming the dataset and the directory to populate) if a real
     dataset the config uses is not in its data root: before any job runs, not inside one."""
     from cherry.data.datasets import check_available
+    from cherry.data.gnn_benchmark import check_file
     from cherry.data.ogb_dir import source_files
     from cherry.data.sources import dataset_kind
 
@@ -189,5 +190,7 @@ def check_datasets_available(config: Mapping[str, Any]) -> None:
                 check_available(name, root)
             elif kind == "path":
                 source_files(name)  # the directory and its OGB files exist
+            elif kind == "npz":
+                check_file(name)  # the file exists and holds gnn-benchmark's members
         except (FileNotFoundError, ValueError) as exc:
             raise ConfigError(f"invalid config: dataset {name}: {' '.join(str(exc).split())}") from None
