@@ -2,8 +2,8 @@
 
 Cherry at K = 1 and at automatic K under a tight emulated capacity (half the K = 1 step's estimated
 peak) record the same loss at every step (to rounding for 20 steps, within 2% to the 60th), the
-micro-batched run stays within its capacity, and both test accuracies are within 2 points of stock DGL (its own sampler, DataLoader-free NeighborSampler and ``dgl.nn`` layers,
-`baselines.dgl`) trained the same way: the same model, batches, steps, learning rate and evaluator.
+micro-batched run stays within its capacity, and both test accuracies are within 2 points of stock
+DGL (its own NeighborSampler and ``dgl.nn`` layers, `baselines.dgl`) trained the same way: the same model, batches, steps, learning rate and evaluator.
 All three run in this process through the benchmark runner (`cherry.bench.runner.execute`), the code
 every workflow run goes through. About 30 s of CPU (90 s of wall time on a loaded 2-core machine).
 """
