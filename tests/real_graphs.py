@@ -1,11 +1,10 @@
 """Where the tests find the real graphs (``../shared/graphs`` beside the repository, or
 ``$CHERRY_GRAPHS``), and the one-line skip where they are absent."""
-import os
-from pathlib import Path
-
 import pytest
 
-GRAPHS = Path(os.environ.get("CHERRY_GRAPHS") or Path(__file__).resolve().parents[2] / "shared" / "graphs")
+from cherry.data.gnn_benchmark import graphs_dir
+
+GRAPHS = graphs_dir()
 
 
 def needs_graph(file_name: str):

@@ -6,7 +6,10 @@ undirected, reverses added and duplicates removed, as every graph Cherry prepare
 attr_indices, attr_indptr, attr_shape`` (node features as CSR, mostly bag-of-words) and ``labels`` (one
 integer per node; -1 unlabelled). No split ships with the files: one is drawn by a seeded split string
 (`cherry.data.random_split`, default ``random:20,30@0``), given in the dataset name after ``?split=``
-(``graphs/amazon_photo.npz?split=random:0.1,0.1@2``) or by the commands' ``--split``.
+(``graphs/amazon_photo.npz?split=random:0.1,0.1@2``) or by the commands' ``--split``. A bare file name (``amazon_photo.npz``, no folder) that is not in
+the working directory is looked up in `graphs_dir` (``$CHERRY_GRAPHS``, else ``../shared/graphs``
+beside the repository; a workflow config's ``data: graphs:``), so a config and its run ids name a graph
+the same way on every machine.
 
 Bounded memory: the per-node vectors (labels, the two ``indptr``) are read whole; the CSR values are
 read a row block at a time (`cherry.data.npz_stream.VectorStream`), the features densified into
@@ -20,6 +23,7 @@ edited file or another split converts again.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 import zipfile
@@ -44,10 +48,20 @@ def is_npz_name(name: object) -> bool:
     return isinstance(name, str) and name.split(SPLIT_MARK, 1)[0].endswith(".npz")
 
 
+def graphs_dir() -> Path:
+    """Where bare npz names are looked up: ``$CHERRY_GRAPHS``, else ``../shared/graphs`` beside the
+    repository."""
+    env = os.environ.get("CHERRY_GRAPHS")
+    return Path(env).expanduser() if env else Path(__file__).resolve().parents[3] / "shared" / "graphs"
+
+
 def parse_name(name: str) -> tuple[Path, SplitSpec]:
     """The file and the split of an npz dataset name; ValueError (one line) for a bad split string."""
-    path, _, split = name.partition(SPLIT_MARK)
-    return Path(path).expanduser(), parse_split(split or DEFAULT_SPLIT)
+    text, _, split = name.partition(SPLIT_MARK)
+    path = Path(text).expanduser()
+    if path.parent == Path(".") and not path.exists():  # a bare name: the graphs directory's file
+        path = graphs_dir() / path
+    return path, parse_split(split or DEFAULT_SPLIT)
 
 
 def with_split(name: str, split: str | None) -> str:

@@ -19,6 +19,11 @@ from cherry.bench.experiments import (
     verify_checks,
 )
 
+# Bare `NAME.npz` datasets are read from the config's graphs directory, by this process and its jobs
+# (cherry.data.gnn_benchmark.graphs_dir); the specs name the file only, the same on every machine.
+if (config.get("data") or {}).get("graphs"):
+    os.environ["CHERRY_GRAPHS"] = os.path.join(workflow.basedir, config["data"]["graphs"])
+
 try:
     RUNS = plan_runs(config)
     SEARCHES = plan_searches(config)  # the memory wall: one largest-batch search per system and K
