@@ -129,27 +129,33 @@ def test_from_dgl_equals_from_arrays_and_checks_the_graph():
         Dataset.from_dgl(hetero)
 
 
+def _graph(name: str, slow: bool = False):
+    marks = [needs_graph(f"{name}.npz")] + ([pytest.mark.slow] if slow else [])
+    return pytest.param(name, marks=marks, id=name)
+
+
 @needs_pyg
-@needs_graph("amazon_photo.npz")
-def test_a_shared_graph_through_pyg_and_dgl_equals_it_by_path(tmp_path):
-    """Amazon-Photo read by PyG's own npz reader (what ``torch_geometric.datasets.Amazon`` calls) and
-    handed in as a PyG ``Data`` and as a DGL graph is the dataset Cherry reads by path (PyG drops the
-    one self loop the file stores)."""
+@pytest.mark.parametrize("graph", [_graph("amazon_photo"), _graph("amazon_computers", slow=True),
+                                   _graph("coauthor_cs", slow=True), _graph("flickr", slow=True)])
+def test_a_shared_graph_through_pyg_and_dgl_equals_it_by_path(tmp_path, graph):
+    """Each shared graph read by PyG's own npz reader (what ``torch_geometric.datasets.Amazon`` calls)
+    and handed in as a PyG ``Data`` and as a DGL graph is the dataset Cherry reads by path (PyG drops
+    the self loops the file stores)."""
     from torch_geometric.io import read_npz
 
     from cherry.data import load_dataset
 
-    data = read_npz(str(GRAPHS / "amazon_photo.npz"), to_undirected=True)
-    by_path = load_dataset(str(GRAPHS / "amazon_photo.npz"), root=tmp_path)
+    data = read_npz(str(GRAPHS / f"{graph}.npz"), to_undirected=True)
+    by_path = load_dataset(str(GRAPHS / f"{graph}.npz"), root=tmp_path)
     by_pyg = Dataset.from_pyg(data, split="random:20,30@0")
     for key in ("features", "labels", "train_idx", "valid_idx", "test_idx"):
         assert torch.equal(getattr(by_pyg, key), getattr(by_path, key)), key
     col = torch.repeat_interleave(torch.arange(by_path.graph.num_nodes), by_path.graph.indptr.diff())
     loops = by_path.graph.indices == col
-    assert int(loops.sum()) == 1 and by_pyg.graph.num_edges == by_path.graph.num_edges - 1
+    assert by_pyg.graph.num_edges == by_path.graph.num_edges - int(loops.sum())
     assert torch.equal(by_pyg.graph.indices, by_path.graph.indices[~loops])
     dgl = _dgl()
-    graph = dgl.graph((data.edge_index[0], data.edge_index[1]), num_nodes=data.num_nodes)
-    graph.ndata.update({"feat": data.x, "label": data.y})
-    by_dgl = Dataset.from_dgl(graph, split="random:20,30@0")
+    dgl_graph = dgl.graph((data.edge_index[0], data.edge_index[1]), num_nodes=data.num_nodes)
+    dgl_graph.ndata.update({"feat": data.x, "label": data.y})
+    by_dgl = Dataset.from_dgl(dgl_graph, split="random:20,30@0")
     assert torch.equal(by_dgl.graph.indices, by_pyg.graph.indices) and torch.equal(by_dgl.train_idx, by_path.train_idx)
