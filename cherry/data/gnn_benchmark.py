@@ -106,11 +106,19 @@ def check_file(name: str) -> Path:
     return path
 
 
-def _vector(archive: zipfile.ZipFile, key: str, where: Path, kinds: str, length: int | None = None) -> np.ndarray:
-    """The small 1-D member ``key`` whole, its dtype kind and length checked before any cast."""
+def _stream(archive: zipfile.ZipFile, key: str, where: Path):
+    """`cherry.data.npz_stream.VectorStream` of ``key``, a fault (not 1-D, objects) naming the file."""
     from cherry.data import npz_stream
 
-    stream = npz_stream.VectorStream(archive, key)
+    try:
+        return npz_stream.VectorStream(archive, key)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _vector(archive: zipfile.ZipFile, key: str, where: Path, kinds: str, length: int | None = None) -> np.ndarray:
+    """The small 1-D member ``key`` whole, its dtype kind and length checked before any cast."""
+    stream = _stream(archive, key, where)
     try:
         if stream.dtype.kind not in kinds:
             raise ValueError(f"{where}: {key} has dtype {stream.dtype}; expected "
@@ -153,18 +161,16 @@ def _read_layout(archive: zipfile.ZipFile, path: Path) -> dict:
     out = {"num_nodes": n, "feature_dim": shapes["attr"][1], "labels": raw_labels.astype(np.int64)}
     for prefix in ("adj", "attr"):
         indptr = _vector(archive, f"{prefix}_indptr", path, "iu", n + 1).astype(np.int64)
-        nnz = _member_length(archive, f"{prefix}_indices")
-        if _member_length(archive, f"{prefix}_data") != nnz:
+        nnz = _member_length(archive, f"{prefix}_indices", path)
+        if _member_length(archive, f"{prefix}_data", path) != nnz:
             raise ValueError(f"{path}: {prefix}_data and {prefix}_indices differ in length; expected one value per index")
         _check_indptr(indptr, nnz, f"{prefix}_indptr", path)
         out[f"{prefix}_indptr"] = indptr
     return out
 
 
-def _member_length(archive: zipfile.ZipFile, key: str) -> int:
-    from cherry.data import npz_stream
-
-    stream = npz_stream.VectorStream(archive, key)
+def _member_length(archive: zipfile.ZipFile, key: str, where: Path) -> int:
+    stream = _stream(archive, key, where)
     stream.close()
     return int(stream.shape[0])
 
@@ -173,10 +179,8 @@ def _csr_blocks(archive: zipfile.ZipFile, path: Path, prefix: str, indptr: np.nd
                 rows: int) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
     """``(first_row, last_row, indices, data)`` of ``rows`` CSR rows at a time, the indices checked in
     ``[0, cols)`` and the data finite numbers before any cast."""
-    from cherry.data import npz_stream
-
-    indices = npz_stream.VectorStream(archive, f"{prefix}_indices")
-    data = npz_stream.VectorStream(archive, f"{prefix}_data")
+    indices = _stream(archive, f"{prefix}_indices", path)
+    data = _stream(archive, f"{prefix}_data", path)
     try:
         if indices.dtype.kind not in "iu" or data.dtype.kind not in "iuf":
             raise ValueError(f"{path}: {prefix}_indices has dtype {indices.dtype}, {prefix}_data {data.dtype}; "

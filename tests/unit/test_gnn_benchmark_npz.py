@@ -126,6 +126,7 @@ def _bad(key, edit):
     (_bad("attr_shape", lambda a: np.array([299, 40])), "disagree; expected an n x n adjacency"),
     (_bad("adj_data", lambda a: a[:-1]), "adj_data and adj_indices differ in length"),
     (_bad("attr_indices", lambda a: a.astype(np.float32)), "attr_indices has dtype float32"),
+    (_bad("adj_shape", lambda a: a[None, :]), r"g.npz: npz member adj_shape has shape \(1, 2\); expected a 1-D array"),
 ])
 def test_bad_values_are_one_line_errors_before_any_cast(tmp_path, make, message):
     name = _write(tmp_path / "g.npz", make())
