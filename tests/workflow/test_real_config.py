@@ -79,7 +79,7 @@ def test_tiny_real_graph_workflow_draws_every_figure(tmp_path):
     for figure in ("memory_wall", "epoch_time", "microbatch_cost", "convergence"):
         assert (results / "figures" / f"{figure}.png").stat().st_size > 0, figure
     runs = pd.read_csv(results / "records" / "runs.csv")
-    assert set(runs["dataset"]) == {"tiny.npz?split=random:0.6,0.2"} and set(runs["status"]) == {"ok", "oom"}
+    assert set(runs["dataset"]) == {"tiny.npz?split=random:0.6,0.2"} and "ok" in set(runs["status"]) <= {"ok", "oom"}
     assert (runs[runs["status"] == "ok"]["test_acc"].dropna() > 0).all()
     summary = (results / "summary.md").read_text()
     assert "tiny.npz" in summary
