@@ -12,6 +12,7 @@ from cherry.bench.experiments import (
     ConfigError,
     check_datasets_available,
     datasets_used,
+    graphs_dir_of,
     needs_ordering,
     plan_runs,
     plan_searches,
@@ -19,10 +20,10 @@ from cherry.bench.experiments import (
     verify_checks,
 )
 
-# Bare `NAME.npz` datasets are read from the config's graphs directory, by this process and its jobs
-# (cherry.data.gnn_benchmark.graphs_dir); the specs name the file only, the same on every machine.
-if (config.get("data") or {}).get("graphs"):
-    os.environ["CHERRY_GRAPHS"] = os.path.join(workflow.basedir, config["data"]["graphs"])
+# Bare `NAME.npz` datasets are read from the config's graphs directory (else $CHERRY_GRAPHS, else
+# ../shared/graphs), by this process and its jobs wherever they run (envvars below); the specs name
+# the file only, the same on every machine.
+os.environ["CHERRY_GRAPHS"] = graphs_dir_of(config, workflow.basedir)
 
 try:
     RUNS = plan_runs(config)
@@ -52,6 +53,7 @@ except ConfigError as exc:
 # activated for a job (`--software-deployment-method conda`) comes first on the job's PATH.
 envvars:
     "PATH",
+    "CHERRY_GRAPHS",
 
 
 os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
