@@ -140,7 +140,7 @@ def _graph(name: str, slow: bool = False):
 def test_a_shared_graph_through_pyg_and_dgl_equals_it_by_path(tmp_path, graph):
     """Each shared graph read by PyG's own npz reader (what ``torch_geometric.datasets.Amazon`` calls)
     and handed in as a PyG ``Data`` and as a DGL graph is the dataset Cherry reads by path (PyG drops
-    the self loops the file stores)."""
+    the self loops the file stores and binarises the features)."""
     from torch_geometric.io import read_npz
 
     from cherry.data import load_dataset
@@ -148,8 +148,10 @@ def test_a_shared_graph_through_pyg_and_dgl_equals_it_by_path(tmp_path, graph):
     data = read_npz(str(GRAPHS / f"{graph}.npz"), to_undirected=True)
     by_path = load_dataset(str(GRAPHS / f"{graph}.npz"), root=tmp_path)
     by_pyg = Dataset.from_pyg(data, split="random:20,30@0")
-    for key in ("features", "labels", "train_idx", "valid_idx", "test_idx"):
+    for key in ("labels", "train_idx", "valid_idx", "test_idx"):
         assert torch.equal(getattr(by_pyg, key), getattr(by_path, key)), key
+    # PyG's reader turns counts into 0/1 (Coauthor-CS and Flickr store counts up to 5); Cherry keeps them
+    assert torch.equal(by_pyg.features, (by_path.features > 0).float())
     col = torch.repeat_interleave(torch.arange(by_path.graph.num_nodes), by_path.graph.indptr.diff())
     loops = by_path.graph.indices == col
     assert by_pyg.graph.num_edges == by_path.graph.num_edges - int(loops.sum())
