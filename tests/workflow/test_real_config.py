@@ -21,7 +21,7 @@ def test_real_config_plans_every_graph(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout + result.stderr
     for graph in ("amazon_photo", "amazon_computers", "coauthor_cs", "flickr"):
-        assert f"run_benchmark" in out and f"-{graph}.npz_split_random_0.6_0.2-" in out, graph
+        assert "run_benchmark" in out and f"-{graph}.npz_split_random_0.6_0.2-" in out, graph
     assert "search_largest_batch" in out and "verify_gradient" in out
     if not (graphs / "flickr.npz").is_file():  # planned anyway, with a warning naming the file
         assert "cherry workflow: warning: dataset" in result.stderr
