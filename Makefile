@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: install run test test-slurm gpu-check lint clean
+.PHONY: install run run-real test test-slurm gpu-check lint clean
 
 install: $(STAMP)
 
@@ -25,6 +25,11 @@ $(STAMP): pyproject.toml setup.py workflow/scripts/install_pyg_sampling.sh $(wil
 
 run: install
 	$(VENV)/bin/snakemake --cores all
+
+# The real-graph study (config/real.yaml: the gnn-benchmark graphs of ../shared/graphs), its outputs in
+# results/real/results/ beside the default run's results/ (about 20 minutes on 2 cores).
+run-real: install
+	$(VENV)/bin/snakemake --cores all --configfile $(CURDIR)/config/real.yaml --directory results/real
 
 test: install
 	$(PY) -m pytest -q

@@ -25,7 +25,7 @@ from cherry.schemas import schema_problem
 
 __all__ = ["ConfigError", "config_schema", "describe_config_error", "validate_config", "expand_experiments",
            "plan_runs", "plan_searches", "verify_checks", "verify_arguments", "needs_ordering", "datasets_used",
-           "check_datasets_available"]
+           "check_datasets_available", "graphs_dir_of"]
 
 
 def config_schema() -> dict:
@@ -179,6 +179,7 @@ def check_datasets_available(config: Mapping[str, Any]) -> None:
     """Raise `ConfigError` (one line naming the dataset and the directory to populate) if a real
     dataset the config uses is not in its data root: before any job runs, not inside one."""
     from cherry.data.datasets import check_available
+    from cherry.data.gnn_benchmark import check_file
     from cherry.data.ogb_dir import source_files
     from cherry.data.sources import dataset_kind
 
@@ -190,5 +191,18 @@ def check_datasets_available(config: Mapping[str, Any]) -> None:
                 check_available(name, root)
             elif kind == "path":
                 source_files(name)  # the directory and its OGB files exist
+            elif kind == "npz":
+                check_file(name)  # the file exists and holds gnn-benchmark's members
         except (FileNotFoundError, ValueError) as exc:
             raise ConfigError(f"invalid config: dataset {name}: {' '.join(str(exc).split())}") from None
+
+
+def graphs_dir_of(config: Mapping[str, Any], base_dir: str) -> str:
+    """Where the runs of ``config`` read bare ``NAME.npz`` datasets: its ``data.graphs`` (relative to
+    ``base_dir``, the repository), else `cherry.data.gnn_benchmark.graphs_dir`."""
+    import os
+
+    from cherry.data.gnn_benchmark import graphs_dir
+
+    graphs = (config.get("data") or {}).get("graphs") if isinstance(config, Mapping) else None
+    return os.path.join(base_dir, graphs) if graphs else str(graphs_dir())

@@ -88,18 +88,28 @@ def _refuse_what_does_not_apply(args: argparse.Namespace) -> None:
     from cherry.data.sources import dataset_kind
 
     kind = dataset_kind(args.name)
-    given = [flag for flag, value in (("--root", args.root), ("--scale", args.scale)) if value is not None]
-    if kind != "builtin" and given:
-        what = "a dataset directory" if kind == "path" else "a registered dataset"
+    # an npz file's converted cache lives under the data root, so --root applies to it (not --scale)
+    given = [flag for flag, value, applies in (("--root", args.root, kind in ("builtin", "npz")),
+                                               ("--scale", args.scale, kind == "builtin"))
+             if value is not None and not applies]
+    if given:
+        what = {"path": "a dataset directory", "npz": "an npz file"}.get(kind, "a registered dataset")
         raise ValueError(f"{' and '.join(given)}: do{'es' if len(given) == 1 else ''} not apply to {args.name!r}, "
                          f"{what} (read where it is, at its own size); leave {'it' if len(given) == 1 else 'them'} out")
+
+
+def _name(args: argparse.Namespace) -> str:
+    """The dataset name, an npz file's ``--split`` folded in (`cherry.data.gnn_benchmark.with_split`)."""
+    from cherry.data.gnn_benchmark import with_split
+
+    return with_split(args.name, args.split)
 
 
 def _prepare(args: argparse.Namespace) -> int:
     _refuse_what_does_not_apply(args)
     progress = _ProgressLines()
     with _terminate_cleanly():
-        cache_dir = prepare_dataset(args.name, root=args.root, scale=args.scale, force=args.force,
+        cache_dir = prepare_dataset(_name(args), root=args.root, scale=args.scale, force=args.force,
                                     progress=progress)
     print(f"[{progress.elapsed_s():7.1f}s] {args.name} ready (peak resident memory "
           f"{_peak_rss_bytes() / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
@@ -109,25 +119,30 @@ def _prepare(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     _refuse_what_does_not_apply(args)
-    info = dataset_info(args.name, root=args.root, scale=args.scale)
+    info = dataset_info(_name(args), root=args.root, scale=args.scale)
     print(json.dumps(info, indent=2, sort_keys=True))
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
     _refuse_what_does_not_apply(args)
-    print(json.dumps(verify_dataset(args.name, root=args.root, scale=args.scale), indent=2, sort_keys=True))
+    print(json.dumps(verify_dataset(_name(args), root=args.root, scale=args.scale), indent=2, sort_keys=True))
     return 0
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME|PATH", help="one of: " + ", ".join(DATASET_NAMES)
-                        + "; a registered name; or a directory in OGB's node-property layout")
+                        + "; a registered name; a directory in OGB's node-property layout; or an .npz file "
+                          "in gnn-benchmark's layout")
     parser.add_argument("--root", default=None,
                         help="datasets directory (default: $CHERRY_DATA, else <repository>/data)")
     parser.add_argument("--scale", type=float, default=None,
                         help="generated datasets only: size relative to the real graph, in (0, 1] "
                              "(synth-products defaults to 0.1, synth-papers to 0.001)")
+    parser.add_argument("--split", default=None, metavar="random:TRAIN,VALID[@SEED]",
+                        help=".npz datasets only: the seeded split, per-class counts (random:20,30, the "
+                             "default) or fractions of the labelled nodes (random:0.1,0.1); recorded in the "
+                             "manifest (the same as NAME?split=...)")
 
 
 def register(subparsers) -> None:

@@ -146,7 +146,27 @@ class Dataset:
         features, labels and the split, validated like prepared data (`cherry.data.arrays`)."""
         from cherry.data.arrays import dataset_from_arrays
 
-        fields = dataset_from_arrays(name, edge_index, features, labels, train_idx, valid_idx, test_idx, **options)
+        return cls._from_fields(dataset_from_arrays(name, edge_index, features, labels, train_idx, valid_idx,
+                                                    test_idx, **options))
+
+    @classmethod
+    def from_pyg(cls, data, name: str = "pyg", **options) -> "Dataset":
+        """A dataset from a ``torch_geometric.data.Data`` (``x``, ``y``, ``edge_index``, masks or index
+        splits, or ``split="random:20,30"``), validated like `from_arrays` (`cherry.data.library_objects`)."""
+        from cherry.data.library_objects import dataset_from_pyg
+
+        return cls._from_fields(dataset_from_pyg(data, name, **options))
+
+    @classmethod
+    def from_dgl(cls, graph, name: str = "dgl", **options) -> "Dataset":
+        """A dataset from a DGLGraph (``ndata`` feat, label and masks, or ``split="random:20,30"``),
+        validated like `from_arrays` (`cherry.data.library_objects`)."""
+        from cherry.data.library_objects import dataset_from_dgl
+
+        return cls._from_fields(dataset_from_dgl(graph, name, **options))
+
+    @classmethod
+    def _from_fields(cls, fields: dict) -> "Dataset":
         indptr, indices, num_nodes = fields.pop("csc")
         return cls(graph=Graph(indptr, indices, num_nodes), **fields)
 

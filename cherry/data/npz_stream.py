@@ -92,3 +92,22 @@ def pair_blocks(path: Path, key: str, rows: int | None = None) -> Iterator[np.nd
             for start in range(0, edges, rows):
                 count = min(rows, edges - start)
                 yield np.stack([_read(first, count, dtype, key), _read(second, count, dtype, key)], axis=1)
+
+
+class VectorStream:
+    """The 1-D member ``key`` of an open archive, read front to back ``take(count)`` entries at a time
+    (the values of a CSR matrix, read row block after row block). ``shape`` and ``dtype`` are the
+    member's own, known before any value is read."""
+
+    def __init__(self, archive: zipfile.ZipFile, key: str) -> None:
+        self._stream, self.shape, _, self.dtype = _open(archive, key)
+        self.key = key
+        if len(self.shape) != 1:
+            self._stream.close()
+            raise ValueError(f"npz member {key} has shape {self.shape}; expected a 1-D array")
+
+    def take(self, count: int) -> np.ndarray:
+        return _read(self._stream, int(count), self.dtype, self.key)
+
+    def close(self) -> None:
+        self._stream.close()

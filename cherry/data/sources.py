@@ -4,11 +4,14 @@
 - `register_dataset(name, loader)` adds a name: ``loader`` is a `Dataset` or a callable returning one
   (called with no arguments, once per process; the result is kept). Registered in a module listed in
   ``$CHERRY_PLUGINS`` (`cherry.plugins`), the name works in the CLI and the workflow too.
+- A name that is an ``.npz`` file (`cherry.data.gnn_benchmark.is_npz_name`, optionally with
+  ``?split=random:20,30@0``) is read in gnn-benchmark's layout, converted once into a cache under the
+  data root (``root``), one per split.
 - Any other name that names a directory (`cherry.data.ogb_dir.is_dataset_path`) is read as a dataset
   in OGB's node-property layout, converted once into ``<dir>/cherry``.
 
-`load_dataset`, `prepare_dataset`, `dataset_info` and `verify_dataset` accept all three; ``root`` and
-``scale`` apply to built-in names only.
+`load_dataset`, `prepare_dataset`, `dataset_info` and `verify_dataset` accept all four; ``scale``
+applies to built-in names only.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from typing import Callable, Union
 
 from cherry.data import cache as cache_mod
 from cherry.data import checks, datasets
+from cherry.data import gnn_benchmark
 from cherry.data.graph import Dataset
 from cherry.data.ogb_dir import cache_dir_of, is_dataset_path, prepare_directory
 from cherry.data.registry import DATASET_NAMES
@@ -52,18 +56,23 @@ def registered_datasets() -> tuple[str, ...]:
 
 
 def dataset_kind(name: object) -> str:
-    """``"builtin"``, ``"registered"`` or ``"path"``; ValueError (one line) for an unknown name."""
+    """``"builtin"``, ``"registered"``, ``"npz"`` or ``"path"``; ValueError (one line) for an unknown
+    name or an npz name with a bad split string."""
     if not isinstance(name, str):
         raise TypeError(f"dataset name must be a str, got {type(name).__name__}")
     if name in DATASET_NAMES:
         return "builtin"
     if name in registered_datasets():
         return "registered"
+    if gnn_benchmark.is_npz_name(name):
+        gnn_benchmark.parse_name(name)  # a bad split string: one line, before any work
+        return "npz"
     if is_dataset_path(name):
         return "path"
     known = ", ".join(DATASET_NAMES + tuple(_REGISTERED))
     raise ValueError(f"unknown dataset {name!r}; expected one of: {known}, a name registered with "
-                     "cherry.data.register_dataset, or a directory in OGB's layout (a path)")
+                     "cherry.data.register_dataset, a directory in OGB's layout (a path) or an .npz file "
+                     "in gnn-benchmark's layout")
 
 
 def _registered(name: str) -> Dataset:
@@ -78,12 +87,12 @@ def _registered(name: str) -> Dataset:
         return _LOADED[name]
 
 
-def _from_directory(path: str, verify: bool) -> Dataset:
+def _from_cache(path: str, cache_dir: Path, verify: bool) -> Dataset:
+    """The `Dataset` in the converted cache ``cache_dir`` of the dataset called ``path``."""
     import torch
 
     from cherry.data.graph import Graph
 
-    cache_dir = prepare_directory(Path(path))
     arrays, manifest = cache_mod.load_cache(cache_dir, verify=verify)
     t = {k: torch.from_numpy(v) for k, v in arrays.items()}
     graph = Graph(indptr=t["indptr"], indices=t["indices"], num_nodes=int(manifest["num_nodes"]))
@@ -97,13 +106,15 @@ def _from_directory(path: str, verify: bool) -> Dataset:
 
 
 def load_dataset(name: str, root=None, scale: float | None = None, verify: bool = True) -> Dataset:
-    """The `Dataset` called ``name`` (built-in, registered or a directory; module docstring)."""
+    """The `Dataset` called ``name`` (built-in, registered, an npz file or a directory; module docstring)."""
     kind = dataset_kind(name)
     if kind == "builtin":
         return datasets.load_dataset(name, root=root, scale=scale, verify=verify)
     if kind == "registered":
         return _registered(name)
-    return _from_directory(name, verify)
+    if kind == "npz":
+        return _from_cache(name, gnn_benchmark.prepare_npz(name, root), verify)
+    return _from_cache(name, prepare_directory(Path(name)), verify)
 
 
 def prepare_dataset(name: str, root=None, scale: float | None = None, force: bool = False, progress=None,
@@ -116,6 +127,8 @@ def prepare_dataset(name: str, root=None, scale: float | None = None, force: boo
     if kind == "registered":
         _registered(name)
         return Path("-")
+    if kind == "npz":
+        return gnn_benchmark.prepare_npz(name, root, force=force, progress=progress)
     if progress is not None:
         progress(f"converting {name}", 0.0)
     return prepare_directory(Path(name), force=force)
@@ -136,9 +149,11 @@ def dataset_info(name: str, root=None, scale: float | None = None, verify: bool 
     kind = dataset_kind(name)
     if kind == "builtin":
         return datasets.dataset_info(name, root=root, scale=scale, verify=verify)
-    info = _summary(load_dataset(name, verify=verify))
+    info = _summary(load_dataset(name, root=root, verify=verify))
     if kind == "path":
         info["cache_dir"] = str(cache_dir_of(Path(name)))
+    if kind == "npz":
+        info["cache_dir"] = str(gnn_benchmark.cache_dir_for(name, root))
     return info
 
 
@@ -149,7 +164,10 @@ def verify_dataset(name: str, root=None, scale: float | None = None) -> dict:
     if kind == "path" and not (cache_dir_of(Path(name)) / "manifest.json").exists():
         raise FileNotFoundError(f"no dataset cache at {cache_dir_of(Path(name))}; run `cherry data prepare "
                                 f"{name}` first")
-    ds = load_dataset(name, verify=True)
+    if kind == "npz" and not gnn_benchmark.cache_is_current(name, root):
+        raise FileNotFoundError(f"no current dataset cache at {gnn_benchmark.cache_dir_for(name, root)}; run "
+                                f"`cherry data prepare {name}` first (same --root and --split)")
+    ds = load_dataset(name, root=root, verify=True)
     checks.check_features(ds.features, ds.graph.num_nodes, where=f"features of {name}")
     return {"name": name, "num_nodes": ds.graph.num_nodes, "num_edges": ds.graph.num_edges,
             "labels_checked": int(ds.labels.numel()), "features_checked": int(ds.features.numel())}

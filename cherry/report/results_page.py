@@ -5,7 +5,8 @@
 reads ``<results>/summary.md`` (`cherry.report.summary`), ``<results>/summary.json`` (the timed
 verdicts), ``<results>/planner/planner.json`` (`cherry bench planner --json`) and the PNG figures in
 ``<results>/figures/``, and writes ``DIR/results.md`` plus a copy of each figure under ``DIR/figures/``.
-MkDocs builds the same page at build time (``workflow/scripts/docs_hooks.py`` calls `render_results_page`).
+The real-graph run (`make run-real`, ``<results>/real/results/``) follows as a second part of the same
+page, its figures under ``DIR/figures-real/``. MkDocs builds the same page at build time (``workflow/scripts/docs_hooks.py`` calls `render_results_page`).
 Contract: the page only restates what those files hold; a missing file gives a sentence saying which
 command makes it, never an invented number; every figure link points at a figure the page ships.
 """
@@ -15,6 +16,7 @@ import argparse
 import json
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -22,6 +24,24 @@ import pandas as pd
 
 PAGE_NAME = "results.md"
 FIGURE_DIR = "figures"  # the figures' folder next to the page, in the docs and in --out
+
+
+@dataclass(frozen=True)
+class WorkflowRun:
+    """One workflow run the page restates: where its outputs lie under the results folder, where its
+    figures go beside the page, and the command and config that make it."""
+
+    title: str
+    subdir: str
+    figure_dir: str
+    command: str
+    config: str
+    minutes: int
+
+
+DEFAULT_RUN = WorkflowRun("Results of the benchmark workflow", "", FIGURE_DIR, "make run", "config/config.yaml", 15)
+REAL_RUN = WorkflowRun("Real graphs", "real/results", "figures-real", "make run-real", "config/real.yaml", 20)
+RUNS = (DEFAULT_RUN, REAL_RUN)
 
 
 def figure_caption(name: str, captions_dir: Optional[Path]) -> Optional[str]:
@@ -74,19 +94,18 @@ def _planner_lines(planner_json: Path) -> list[str]:
     return lines + [""]
 
 
-def render_results_page(results_dir: Path, captions_dir: Optional[Path] = None) -> str:
-    """The results page (Markdown) for the workflow outputs under ``results_dir``; figures are linked
-    as ``figures/<name>.png`` (the caller ships `figures_of(results_dir)` there)."""
-    results_dir = Path(results_dir)
-    lines = ["# Results of the benchmark workflow", "",
-             "This page is generated from the workflow's outputs in `results/` "
+def _run_lines(results_dir: Path, run: WorkflowRun, captions_dir: Optional[Path]) -> list[str]:
+    """The part of the page for ``run`` (outputs in ``results_dir``), under a title of its own."""
+    where = f"results/{run.subdir + '/' if run.subdir else ''}"
+    lines = [f"# {run.title}", "",
+             f"This part is generated from the workflow's outputs in `{where}` "
              "(`python -m cherry.report.results_page`, or `mkdocs build`, which runs it): nothing on it is "
-             "typed by hand. Regenerate it after `make run`.", ""]
+             f"typed by hand. Regenerate it after `{run.command}`.", ""]
     summary_md = results_dir / "summary.md"
     if not summary_md.is_file():
         lines += ["!!! note \"No results yet\"",
-                  f"    `{summary_md.as_posix()}` does not exist. Run `make run` (the workflow on "
-                  "`config/config.yaml`, about 15 minutes on 2 cores), then build the docs again.", ""]
+                  f"    `{summary_md.as_posix()}` does not exist. Run `{run.command}` (the workflow on "
+                  f"`{run.config}`, about {run.minutes} minutes on 2 cores), then build the docs again.", ""]
     else:
         lines += _demote(summary_md.read_text()) + [""]
     summary_json = results_dir / "summary.json"
@@ -98,21 +117,31 @@ def render_results_page(results_dir: Path, captions_dir: Optional[Path] = None) 
     figures = figures_of(results_dir)
     if figures:
         lines += ["## Figures", "", "Drawn by `python -m cherry.report.figures NAME` from the run table "
-                  "(PDF versions are in `results/figures/`).", ""]
+                  f"(PDF versions are in `{where}figures/`).", ""]
         for png in figures:
-            lines += [f"### {png.stem}", "", f"![{png.stem}]({FIGURE_DIR}/{png.name})", ""]
+            lines += [f"### {png.stem}", "", f"![{png.stem}]({run.figure_dir}/{png.name})", ""]
             caption = figure_caption(png.stem, captions_dir)
             if caption:
                 lines += [caption, ""]
+    return lines
+
+
+def render_results_page(results_dir: Path, captions_dir: Optional[Path] = None) -> str:
+    """The results page (Markdown) for the workflow outputs under ``results_dir``: the default run,
+    then the real-graph run (``real/results``); figures are linked as ``<figure_dir>/<name>.png`` (the
+    caller ships `figures_of` each run's folder there)."""
+    results_dir = Path(results_dir)
+    lines = [line for run in RUNS for line in _run_lines(results_dir / run.subdir, run, captions_dir)]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def write_results_page(results_dir: Path, out_dir: Path, captions_dir: Optional[Path] = None) -> Path:
     """Write ``out_dir/results.md`` and copy the figures it links into ``out_dir/figures/``."""
     out_dir = Path(out_dir)
-    (out_dir / FIGURE_DIR).mkdir(parents=True, exist_ok=True)
-    for png in figures_of(results_dir):
-        shutil.copyfile(png, out_dir / FIGURE_DIR / png.name)
+    for run in RUNS:
+        (out_dir / run.figure_dir).mkdir(parents=True, exist_ok=True)
+        for png in figures_of(Path(results_dir) / run.subdir):
+            shutil.copyfile(png, out_dir / run.figure_dir / png.name)
     page = out_dir / PAGE_NAME
     tmp = page.with_suffix(".md.tmp")
     tmp.write_text(render_results_page(results_dir, captions_dir))

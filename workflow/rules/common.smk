@@ -12,12 +12,18 @@ from cherry.bench.experiments import (
     ConfigError,
     check_datasets_available,
     datasets_used,
+    graphs_dir_of,
     needs_ordering,
     plan_runs,
     plan_searches,
     verify_arguments,
     verify_checks,
 )
+
+# Bare `NAME.npz` datasets are read from the config's graphs directory (else $CHERRY_GRAPHS, else
+# ../shared/graphs), by this process and its jobs wherever they run (envvars below); the specs name
+# the file only, the same on every machine.
+os.environ["CHERRY_GRAPHS"] = graphs_dir_of(config, workflow.basedir)
 
 try:
     RUNS = plan_runs(config)
@@ -47,6 +53,7 @@ except ConfigError as exc:
 # activated for a job (`--software-deployment-method conda`) comes first on the job's PATH.
 envvars:
     "PATH",
+    "CHERRY_GRAPHS",
 
 
 os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
