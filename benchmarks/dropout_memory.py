@@ -32,9 +32,10 @@ MODES = ("legacy", "reference", "native")
 
 
 def graphs_dir() -> Path:
-    """``$CHERRY_GRAPHS_DIR``, else ``../shared/graphs`` relative to the repository root."""
-    env = os.environ.get("CHERRY_GRAPHS_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "graphs"
+    """Where the real graphs are: the project's one rule (`cherry.data.gnn_benchmark.graphs_dir`)."""
+    from cherry.data.gnn_benchmark import graphs_dir as project_graphs_dir
+
+    return project_graphs_dir()
 
 
 def load_graph_npz(path: Path, per_class: int, seed: int):
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
     parser.add_argument("--per-class", type=int, default=20, help="training seeds per class in the batch")
     parser.add_argument("--seed", type=int, default=0, help="seeds the split and the sampler")
     parser.add_argument("--graphs-dir", type=Path, default=None,
-                        help="directory of amazon_photo.npz (default: $CHERRY_GRAPHS_DIR, else ../shared/graphs)")
+                        help="directory of amazon_photo.npz (default: $CHERRY_GRAPHS, else ../shared/graphs)")
     args = parser.parse_args(argv)
     if not 0.0 < args.p < 1.0:
         parser.error(f"--p must be in (0, 1), got {args.p}")
