@@ -8,6 +8,7 @@ here. The check leaves at most 8 files (three) in $OUT, summary.txt printed last
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -17,6 +18,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+_TIMES = importlib.util.spec_from_file_location("gpu_check_times", REPO / "workflow" / "scripts" / "gpu_check_times.py")
+section_seconds = importlib.util.module_from_spec(_TIMES)
+_TIMES.loader.exec_module(section_seconds)
+section_seconds = section_seconds.section_seconds  # the summary.txt reader of the docs' timing table
 HOOK = REPO / "tests" / "hidden_packages"
 PACKAGES = HOOK / "gpu_machine_packages.txt"
 SHARED_LIST = Path(os.environ.get("CHERRY_GPU_PACKAGES_NOTE", REPO.parent / "shared" / "notes" / "gpu_machine_packages.txt"))
@@ -61,6 +66,12 @@ print("ok")
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
+def test_summary_lines_are_read_back():
+    summary = ("gpu-check --on-cpu: budget 530s, used 99s, status 1\nbuild          ok                  11s   120s\n"
+               "    extension: loaded\nsyncs          timeout(SIGINT)     31s    30s\n")
+    assert section_seconds(summary) == {"build": ("ok", 11, 120), "syncs": ("timeout(SIGINT)", 31, 30)}
+
+
 def test_a_bad_argument_is_one_line():
     proc = subprocess.run(["bash", str(REPO / "workflow" / "scripts" / "gpu_check.sh"), "--fast"],
                           capture_output=True, text=True, timeout=60)
@@ -80,8 +91,10 @@ def test_the_check_runs_on_the_cpu_under_the_gpu_machines_packages(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["device.txt", "gpu-check.tar.gz", "summary.txt"]
     assert len(list(out.iterdir())) <= MAX_FILES
     assert proc.stdout.rstrip().endswith(summary.rstrip())  # the digest comes last
-    for name in SECTIONS:
-        assert any(line.startswith(f"{name} ") and " ok " in line for line in summary.splitlines()), (name, summary)
+    sections = section_seconds(summary)
+    assert list(sections) == list(SECTIONS), summary  # each section once, in the check's order
+    assert all(status == "ok" for status, _, _ in sections.values()), summary
+    assert sum(budget for _, _, budget in sections.values()) < int(summary.split("budget ")[1].split("s")[0]) < 540
     device = (out / "device.txt").read_text()
     assert "jsonschema: absent" in device and "pymetis: absent" in device and "torch " in device, device
     with tarfile.open(out / "gpu-check.tar.gz") as archive:

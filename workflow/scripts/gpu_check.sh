@@ -18,6 +18,8 @@
 # Without a GPU (and without --on-cpu) it says so and exits 0; it fails when nvidia-smi sees a GPU that
 # torch cannot use. Exit status: 0 when every section passed.
 set -uo pipefail
+{ # the whole script is one compound command: bash reads it all before running, so an edit of this file
+  # during a run cannot change what the run does
 cd "$(dirname "$0")/../.."
 ON_CPU=0
 case "${1:-}" in
@@ -105,21 +107,28 @@ section() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null \
     | sed 's/^/gpu    /' || echo "gpu    none (nvidia-smi absent or sees no GPU)"
   "$PY" - <<'PYEOF'
-import importlib, sys
+import importlib.metadata, importlib.util, sys
 print("python", sys.version.split()[0])
 import torch
 print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(),
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
-for name in ("jsonschema", "pytest", "pandas", "scipy", "matplotlib", "pynvml", "setuptools", "torch_geometric",
-             "pyg_lib", "torch_sparse", "torch_scatter", "dgl", "ogb", "pymetis", "snakemake"):
+# found, not imported: importing dgl or torch_geometric costs seconds of the budget (a broken install
+# shows in the section that imports it)
+for name, dist in (("jsonschema", "jsonschema"), ("pytest", "pytest"), ("pandas", "pandas"), ("scipy", "scipy"),
+                   ("matplotlib", "matplotlib"), ("pynvml", "nvidia-ml-py"), ("setuptools", "setuptools"),
+                   ("torch_geometric", "torch-geometric"), ("pyg_lib", "pyg-lib"), ("torch_sparse", "torch-sparse"),
+                   ("torch_scatter", "torch-scatter"), ("dgl", "dgl"), ("ogb", "ogb"), ("pymetis", "pymetis"),
+                   ("snakemake", "snakemake")):
+    if importlib.util.find_spec(name) is None:
+        print(f"{name}: absent")
+        continue
     try:
-        importlib.import_module(name)
+        print(f"{name}: present ({importlib.metadata.version(dist)})")
+    except importlib.metadata.PackageNotFoundError:
         print(f"{name}: present")
-    except Exception as exc:  # optional: a missing one is recorded, never fatal
-        print(f"{name}: absent ({type(exc).__name__})")
 PYEOF
 } > "$OUT/device.txt" 2>&1
-if [ "$ON_CPU" -eq 0 ] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+if [ "$ON_CPU" -eq 0 ] && ! grep -q "^torch .* available True" "$OUT/device.txt"; then
   if nvidia-smi -L > /dev/null 2>&1; then
     SUMMARY+=("nvidia-smi sees a GPU but torch has no CUDA (device.txt): FAILED"); status=1; exit 1
   fi
@@ -202,3 +211,4 @@ section memory-wall    60 '^wall|Error' bash -c memory_wall
 section engine-b65536  50 '^(mean|lstm) |Error' "${E[@]}" --aggrs mean --ks 8 --batch-size "$B_LARGE" \
   --json "$WORK/engine-b65536.json"
 exit $status
+}
