@@ -194,9 +194,14 @@ export ON_CPU PY WORK DATASET DEVICE WALL_FANOUTS WALL_HIDDEN WALL_BATCH WALL_CA
 C=( "$PY" -m cherry )
 E=( "${C[@]}" bench engine --dataset "$DATASET" --device "$DEVICE" --fanouts "$FANOUTS" --hidden "$HIDDEN"
     --steps "$STEPS" --warmup "$WARMUP" )
-# ---- the sections, in order: name, budget (s; they sum to under GPU_CHECK_BUDGET_S), headline regex, command
-section build         120 'extension:|error'   bash -c build
-section cache-gather   20 '^ *[0-9.]+ |differs|no CUDA' "$PY" -m benchmarks.cache_gather_gpu --device "$DEVICE" $GATHER
+# ---- THE SECTIONS, in order: name, budget s (their sum stays under GPU_CHECK_BUDGET_S; docs/gpu.md has the
+# measured --on-cpu seconds), headline regex (its matching lines go to summary.txt), command. A new
+# section is one line here, e.g.  section bench-kernels 20 '^gat|Error' "${C[@]}" bench kernels --device "$DEVICE"
+# (taking its seconds from another's budget), plus its name in tests/unit/test_gpu_check.py's SECTIONS.
+section build         110 'extension:|error|JIT' bash -c build
+# a JIT build (setup.py failed) is what every later section must load too
+grep -q "CHERRY_JIT=1" "$WORK/build.txt" && export CHERRY_JIT=1
+section cache-gather   30 '^ *[0-9.]+ |differs|no CUDA' "$PY" -m benchmarks.cache_gather_gpu --device "$DEVICE" $GATHER
 data_ready
 section verify         30 'max|equal|differ|Error' "${C[@]}" verify --dataset "$DATASET" --aggr lstm --hidden "$HIDDEN" \
   --fanouts "$FANOUTS" --batch-size "$B_SMALL" --microbatches 8 --device "$DEVICE"
