@@ -2,7 +2,7 @@
 
 Every schema the engine validates with (run, config as completed at run time, record, each system's
 options, each run key's CLI schema) is checked with both validators on a valid document and on
-thousands of mutations of it (every value replaced by wrong ones, every key dropped, an unknown key
+hundreds of mutations of it (every value replaced by wrong ones, every key dropped, an unknown key
 added to every object): the same violations (path, keyword, message) and the same best match, hence
 the same one-line errors whether or not jsonschema is installed.
 """
