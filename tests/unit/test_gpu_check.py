@@ -79,6 +79,15 @@ def test_a_bad_argument_is_one_line():
     assert proc.stderr == "gpu_check.sh: unknown argument '--fast' (expected --on-cpu or nothing)\n"
 
 
+@pytest.mark.parametrize("name, value", [("GPU_CHECK_BUDGET_S", "9m"), ("GPU_CHECK_LIMIT_SCALE", "0")])
+def test_a_bad_limit_is_one_line(name, value):
+    proc = subprocess.run(["bash", str(REPO / "workflow" / "scripts" / "gpu_check.sh"), "--on-cpu"],
+                          env={**os.environ, name: value, "OUT": "/nonexistent/never-made"},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr == f"gpu_check.sh: {name}='{value}' is not a positive whole number of seconds or times\n"
+
+
 @pytest.mark.slow
 def test_the_check_runs_on_the_cpu_under_the_gpu_machines_packages(tmp_path):
     out = tmp_path / "out"

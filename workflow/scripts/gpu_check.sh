@@ -32,6 +32,10 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-results/gpu-check}
 BUDGET_S=${GPU_CHECK_BUDGET_S:-530}
 KILL_AFTER_S=15
+for pair in "GPU_CHECK_BUDGET_S=$BUDGET_S" "GPU_CHECK_LIMIT_SCALE=${GPU_CHECK_LIMIT_SCALE:-1}"; do
+  [[ "${pair#*=}" =~ ^[1-9][0-9]*$ ]] || {
+    echo "gpu_check.sh: ${pair%%=*}='${pair#*=}' is not a positive whole number of seconds or times" >&2; exit 2; }
+done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")  # the sections' files, archived into $OUT
