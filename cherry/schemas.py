@@ -2,7 +2,8 @@
 turn a schema violation into the one-line error every input of Cherry promises.
 
 Schemas may refer to each other by file name (``$ref: run.schema.yaml#/...``); references resolve
-inside ``workflow/schemas``.
+inside ``workflow/schemas``. Validation is Cherry's own (`cherry.schema_validator`, the keywords these
+schemas use, with jsonschema's messages): the ``jsonschema`` package is not needed at run time.
 
 One rule holds for every schema, whatever its keys (`number_problem`): every number is finite and every
 integer fits a signed 64-bit integer. JSON Schema bounds cannot say it (``minimum`` is false for NaN and
@@ -16,6 +17,7 @@ import math
 from typing import Any
 
 from cherry.paths import SCHEMA_DIR, schema_path
+from cherry.schema_validator import Validator, Violation, best_match
 
 
 def one_line(text: Any) -> str:
@@ -69,22 +71,20 @@ def load_schema(name: str) -> dict:
         return yaml.safe_load(f)
 
 
-@functools.lru_cache(maxsize=None)
-def _registry():
-    from referencing import Registry, Resource
-    from referencing.jsonschema import DRAFT202012
-
-    def retrieve(uri: str) -> Resource:
-        return Resource.from_contents(load_schema(uri.removesuffix(".schema.yaml")), DRAFT202012)
-
-    return Registry(retrieve=retrieve)
+def _retrieve(name: str) -> dict:
+    """The schema a cross-file reference names (``run.schema.yaml``)."""
+    return load_schema(name.removesuffix(".schema.yaml"))
 
 
 @functools.lru_cache(maxsize=None)
-def _validator(name: str):
-    import jsonschema
+def _validator(name: str) -> Validator:
+    return Validator(load_schema(name), retrieve=_retrieve)
 
-    return jsonschema.Draft202012Validator(load_schema(name), registry=_registry())
+
+def schema_violations(data: Any, schema: dict) -> list[Violation]:
+    """Every violation of ``schema`` by ``data`` (references resolve in ``workflow/schemas``), by
+    `cherry.schema_validator`: no ``jsonschema`` package needed."""
+    return Validator(schema, retrieve=_retrieve).violations(data)
 
 
 def schema_problem(data: Any, name: str, what: str, schema: dict | None = None) -> str | None:
@@ -95,27 +95,21 @@ def schema_problem(data: Any, name: str, what: str, schema: dict | None = None) 
     if given, is used in place of the file's content (a schema completed at run time, such as the
     config schema's experiment keys); references still resolve in ``workflow/schemas``.
     """
-    import jsonschema
-
     numbers = number_problem(data)
     if numbers is not None:
         return one_line(f"invalid {what}: key {numbers}")
-    if schema is None:
-        validator = _validator(name)
-    else:
-        validator = jsonschema.Draft202012Validator(schema, registry=_registry())
-    errors = list(validator.iter_errors(data))
+    errors = (_validator(name) if schema is None else Validator(schema, retrieve=_retrieve)).violations(data)
     if not errors:
         return None
-    best = jsonschema.exceptions.best_match(errors)
+    best = best_match(errors)
     where = "/".join(str(p) for p in best.absolute_path) or "(top level)"
     message = best.message
     if len(message) > 4 * _VALUE_CHARS:  # the schema's message echoes the value, however long
         message = f"{message[:4 * _VALUE_CHARS]}... ({len(message) - 4 * _VALUE_CHARS} more characters)"
-    if best.validator == "additionalProperties":
+    if best.keyword == "additionalProperties":
         allowed = sorted(best.schema.get("properties", {}))
         message += f" (allowed keys: {', '.join(allowed)})"
-    elif best.validator in ("oneOf", "anyOf") and best.schema.get("description"):
+    elif best.keyword in ("oneOf", "anyOf") and best.schema.get("description"):
         message += f" (expected: {best.schema['description']})"  # alone it says nothing useful
     return one_line(f"invalid {what}: key {where}: {message}")
 

@@ -25,7 +25,8 @@ from types import MappingProxyType
 from typing import Any, Mapping, Optional
 
 from cherry.io import read_json
-from cherry.schemas import check_schema, load_schema, one_line, short_repr
+from cherry.schema_validator import best_match
+from cherry.schemas import check_schema, load_schema, one_line, schema_violations, short_repr
 
 # Of the device's capacity, kept out of the budget for what the memory model does not price
 # (allocator slack and fragmentation, the CUDA context, the framework's workspaces).
@@ -200,12 +201,9 @@ def spec_from_dict(data: Mapping[str, Any]) -> RunSpec:
 
 
 def _check_options(entry, options: Mapping[str, Any]) -> None:
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(entry.options_schema())
-    errors = list(validator.iter_errors(dict(options)))
+    errors = schema_violations(dict(options), entry.options_schema())
     if errors:
-        best = jsonschema.exceptions.best_match(errors)
+        best = best_match(errors)
         where = "/".join(["options", *map(str, best.absolute_path)])
         allowed = ", ".join(entry.options) or "none"
         raise SpecError(one_line(f"invalid run spec: key {where}: {best.message} "

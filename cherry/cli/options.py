@@ -145,8 +145,7 @@ def add_spec_arguments(p: argparse.ArgumentParser, keys: tuple[str, ...],
 
 def _typed(key: str, prop: dict):
     """An argparse type: `_convert`, then the key's schema (one message naming what was expected)."""
-    from cherry.schemas import load_schema
-    import jsonschema
+    from cherry.schemas import load_schema, schema_violations
 
     schema = {**prop, "$defs": load_schema("run")["$defs"]}
 
@@ -155,7 +154,7 @@ def _typed(key: str, prop: dict):
             value = _convert(key, text)
         except SpecError as exc:
             raise argparse.ArgumentTypeError(str(exc).removeprefix(f"key {key}: ")) from None
-        errors = list(jsonschema.Draft202012Validator(schema).iter_errors(value))
+        errors = schema_violations(value, schema)
         if errors:
             raise argparse.ArgumentTypeError(f"{text!r} is not {prop.get('description') or 'valid'}")
         return tuple(value) if isinstance(value, list) else value
