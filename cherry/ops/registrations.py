@@ -1,10 +1,10 @@
 """Python-side registrations of the native ops, done once when the extension loads.
 
-- Autograd (`torch.library.register_autograd`): ``csr_aggregate_forward`` and ``edge_softmax_forward``
-  differentiate through their ``*_backward`` ops (first order only: the backward ops have no autograd),
+- Autograd (`torch.library.register_autograd`): ``csr_aggregate_forward``, ``edge_softmax_forward`` and
+  ``attention_aggregate_forward`` differentiate through their ``*_backward`` ops (first order only: the backward ops have no autograd),
   so `cherry.ops.aggregate` calls the ops directly instead of wrapping them in an autograd.Function.
 - Fake (meta) kernels (`torch.library.register_fake`) for the ops whose output shapes follow from their
-  inputs' shapes (aggregation, edge softmax, the LSTM cell's backward), so they trace under
+  inputs' shapes (aggregation, edge softmax, attention aggregation, the LSTM cell's backward), so they trace under
   ``torch.compile`` and pass `torch.library.opcheck`'s fake-tensor tests. The sampling and planning ops
   have data-dependent output sizes and run eagerly only (no fake kernel).
 """
@@ -40,6 +40,25 @@ def _softmax_backward(ctx, grad_out):
     return None, torch.ops.cherry.edge_softmax_backward(indptr, out, grad_out.contiguous())
 
 
+def _attention_setup_context(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _attention_backward(ctx, grad_out):
+    indptr, indices, z, alpha = ctx.saved_tensors
+    grad_z, grad_alpha = torch.ops.cherry.attention_aggregate_backward(indptr, indices, grad_out.contiguous(), z, alpha)
+    return (None, None, grad_z if ctx.needs_input_grad[2] else None,
+            grad_alpha if ctx.needs_input_grad[3] else None)
+
+
+def _fake_attention_forward(indptr, indices, z, alpha):
+    return z.new_empty((indptr.shape[0] - 1, z.shape[1], z.shape[2]))
+
+
+def _fake_attention_backward(indptr, indices, grad_out, z, alpha):
+    return torch.empty_like(z), torch.empty_like(alpha)
+
+
 def _fake_aggregate_forward(indptr, indices, x_src, reduce):
     shape = (indptr.shape[0] - 1, x_src.shape[1])
     argmax_shape = shape if reduce == "max" else (0,)
@@ -67,6 +86,8 @@ FAKE_OPS = {
     "csr_aggregate_forward": _fake_aggregate_forward,
     "csr_aggregate_backward": _fake_aggregate_backward,
     "edge_softmax_forward": _fake_softmax_forward,
+    "attention_aggregate_forward": _fake_attention_forward,
+    "attention_aggregate_backward": _fake_attention_backward,
     "edge_softmax_backward": _fake_softmax_backward,
     "lstm_cell_backward_": _fake_lstm_cell_backward_,
 }
@@ -82,6 +103,8 @@ def register() -> None:
                                     setup_context=_aggregate_setup_context)
     torch.library.register_autograd(lib + "edge_softmax_forward", _softmax_backward,
                                     setup_context=_softmax_setup_context)
+    torch.library.register_autograd(lib + "attention_aggregate_forward", _attention_backward,
+                                    setup_context=_attention_setup_context)
     for name, fake in FAKE_OPS.items():
         torch.library.register_fake(lib + name, fake)
     _done = True

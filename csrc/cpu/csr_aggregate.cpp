@@ -3,13 +3,15 @@
 // Forward is parallel over destination rows: each task owns its rows of `out`, so there are no write
 // races and each row is summed in edge order (the order the reference's index_add uses, so float
 // results match it bit for bit). Backward needs the adjoint scatter into x_src; rather than atomics or
-// per-thread [S, F] buffers, it builds the transposed adjacency (source -> its in-edge positions, a
-// stable counting sort: O(S + E) int64, never O(E x F)) and is then parallel over source rows.
+// per-thread [S, F] buffers, it builds the transposed adjacency (csc_transpose.h: O(S + E) int64, never
+// O(E x F)) and is then parallel over source rows.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
+
+#include "../csc_transpose.h"
 
 namespace cherry {
 namespace {
@@ -32,17 +34,6 @@ void check_csc(const at::Tensor& indptr, const at::Tensor& indices) {
   TORCH_CHECK(indptr.dim() == 1 && indptr.scalar_type() == at::kLong, "indptr must be a 1-D int64 tensor");
   TORCH_CHECK(indices.dim() == 1 && indices.scalar_type() == at::kLong, "indices must be a 1-D int64 tensor");
   TORCH_CHECK(indptr.numel() >= 1, "indptr must have at least one entry");
-}
-
-// O(D) check that indptr is a valid segmentation of the E edges; the kernels index memory with it.
-void check_segments(const at::Tensor& indptr, int64_t num_edges) {
-  const int64_t* ptr = indptr.data_ptr<int64_t>();
-  const int64_t num_dst = indptr.numel() - 1;
-  TORCH_CHECK(ptr[0] == 0 && ptr[num_dst] == num_edges, "indptr must start at 0 and end at len(indices) = ",
-              num_edges, ", got ", ptr[0], " and ", ptr[num_dst]);
-  for (int64_t d = 0; d < num_dst; ++d) {
-    TORCH_CHECK(ptr[d] <= ptr[d + 1], "indptr must be non-decreasing, but indptr[", d, "] > indptr[", d + 1, "]");
-  }
 }
 
 template <typename scalar_t>
@@ -99,7 +90,7 @@ std::tuple<at::Tensor, at::Tensor> csr_aggregate_forward_cpu(const at::Tensor& i
   const auto ptr = indptr.contiguous();
   const auto idx = indices.contiguous();
   const auto x = x_src.contiguous();
-  check_segments(ptr, idx.numel());
+  check_csc_segments(ptr, idx.numel());
   const int64_t num_dst = ptr.numel() - 1, feat = x.size(1);
   auto out = at::empty({num_dst, feat}, x.options());
   auto arg = reduce == Reduce::kMax ? at::empty({num_dst, feat}, ptr.options()) : at::empty({0}, ptr.options());
@@ -109,38 +100,6 @@ std::tuple<at::Tensor, at::Tensor> csr_aggregate_forward_cpu(const at::Tensor& i
                            x.size(0), num_dst, feat, reduce);
   });
   return std::make_tuple(out, arg);
-}
-
-// Transposed adjacency: for source s, t_ptr[s]..t_ptr[s+1] index t_edge (edge positions, increasing)
-// and t_dst (their destinations). Sequential counting sort: O(S + E) time, 2E + S + 1 int64.
-struct Transposed {
-  at::Tensor ptr, edge, dst;
-};
-
-Transposed transpose_csc(const at::Tensor& indptr, const at::Tensor& indices, int64_t num_src) {
-  const int64_t num_dst = indptr.numel() - 1, num_edges = indices.numel();
-  const int64_t* ptr = indptr.data_ptr<int64_t>();
-  const int64_t* idx = indices.data_ptr<int64_t>();
-  Transposed t{at::zeros({num_src + 1}, indptr.options()), at::empty({num_edges}, indptr.options()),
-               at::empty({num_edges}, indptr.options())};
-  int64_t* tp = t.ptr.data_ptr<int64_t>();
-  for (int64_t e = 0; e < num_edges; ++e) {
-    TORCH_CHECK(idx[e] >= 0 && idx[e] < num_src, "indices[", e, "] = ", idx[e], " is outside [0, ", num_src, ")");
-    ++tp[idx[e] + 1];
-  }
-  for (int64_t s = 0; s < num_src; ++s) tp[s + 1] += tp[s];
-  auto cursor = t.ptr.narrow(0, 0, num_src).clone();
-  int64_t* cur = cursor.data_ptr<int64_t>();
-  int64_t* te = t.edge.data_ptr<int64_t>();
-  int64_t* td = t.dst.data_ptr<int64_t>();
-  for (int64_t d = 0; d < num_dst; ++d) {
-    for (int64_t e = ptr[d]; e < ptr[d + 1]; ++e) {
-      const int64_t pos = cur[idx[e]]++;
-      te[pos] = e;
-      td[pos] = d;
-    }
-  }
-  return t;
 }
 
 template <typename scalar_t>
@@ -187,7 +146,7 @@ at::Tensor csr_aggregate_backward_cpu(const at::Tensor& indptr, const at::Tensor
   if (reduce == Reduce::kMax) {
     TORCH_CHECK(arg.scalar_type() == at::kLong && arg.sizes() == g.sizes(), "argmax must be int64 shaped like grad_out");
   }
-  check_segments(ptr, idx.numel());
+  check_csc_segments(ptr, idx.numel());
   const int64_t feat = g.size(1);
   auto grad_x = at::empty({num_src, feat}, g.options());
   const Transposed t = transpose_csc(ptr, idx, num_src);
