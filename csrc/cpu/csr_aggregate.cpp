@@ -3,8 +3,9 @@
 // Forward is parallel over destination rows: each task owns its rows of `out`, so there are no write
 // races and each row is summed in edge order (the order the reference's index_add uses, so float
 // results match it bit for bit). Backward needs the adjoint scatter into x_src; rather than atomics or
-// per-thread [S, F] buffers, it builds the transposed adjacency (csc_transpose.h: O(S + E) int64, never
-// O(E x F)) and is then parallel over source rows.
+// per-thread [S, F] buffers, sum and mean build the transposed adjacency (csc_transpose.h: O(S + E)
+// int64, never O(E x F)) and are then parallel over source rows; max follows its [D, F] arg-max,
+// parallel over feature columns (O(D x F) work, as DGL's scatter of the arg-max).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -102,9 +103,30 @@ std::tuple<at::Tensor, at::Tensor> csr_aggregate_forward_cpu(const at::Tensor& i
   return std::make_tuple(out, arg);
 }
 
+// Max: each gradient element goes to its arg-max edge's source, O(D x F) work with no transposed
+// adjacency. Tasks own feature columns (so no two write one element) and walk destinations in order,
+// the order in which the transposed walk would add them.
 template <typename scalar_t>
-void backward_rows(const int64_t* ptr, const Transposed& t, const scalar_t* g, const int64_t* arg, scalar_t* gx,
-                   int64_t num_src, int64_t feat, Reduce reduce) {
+void max_backward_columns(const int64_t* idx, const scalar_t* g, const int64_t* arg, scalar_t* gx, int64_t num_src,
+                          int64_t num_dst, int64_t num_edges, int64_t feat) {
+  at::parallel_for(0, feat, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(num_dst, 1)),
+                   [&](int64_t begin, int64_t end) {
+    for (int64_t d = 0; d < num_dst; ++d) {
+      for (int64_t f = begin; f < end; ++f) {
+        const int64_t e = arg[d * feat + f];
+        if (e < 0) continue;  // an empty segment
+        TORCH_CHECK(e < num_edges && idx[e] >= 0 && idx[e] < num_src, "argmax[", d, ", ", f, "] = ", e,
+                    " is not an edge whose source is in [0, ", num_src, ")");
+        gx[idx[e] * feat + f] += g[d * feat + f];
+      }
+    }
+  });
+}
+
+// Sum and mean: parallel over source rows of the transposed adjacency (file comment).
+template <typename scalar_t>
+void backward_rows(const int64_t* ptr, const Transposed& t, const scalar_t* g, scalar_t* gx, int64_t num_src,
+                   int64_t feat, Reduce reduce) {
   const int64_t* tp = t.ptr.data_ptr<int64_t>();
   const int64_t* te = t.edge.data_ptr<int64_t>();
   const int64_t* td = t.dst.data_ptr<int64_t>();
@@ -116,11 +138,7 @@ void backward_rows(const int64_t* ptr, const Transposed& t, const scalar_t* g, c
       for (int64_t p = tp[s]; p < tp[s + 1]; ++p) {
         const int64_t d = td[p];
         const scalar_t* gd = g + d * feat;
-        if (reduce == Reduce::kMax) {
-          const int64_t* ad = arg + d * feat;
-          const int64_t e = te[p];
-          for (int64_t f = 0; f < feat; ++f) o[f] += ad[f] == e ? gd[f] : scalar_t(0);
-        } else if (reduce == Reduce::kMean) {
+        if (reduce == Reduce::kMean) {
           // Divide (not multiply by a reciprocal) so the result equals the reference's autograd exactly.
           const scalar_t deg = static_cast<scalar_t>(ptr[d + 1] - ptr[d]);
           for (int64_t f = 0; f < feat; ++f) o[f] += gd[f] / deg;
@@ -148,12 +166,19 @@ at::Tensor csr_aggregate_backward_cpu(const at::Tensor& indptr, const at::Tensor
   }
   check_csc_segments(ptr, idx.numel());
   const int64_t feat = g.size(1);
+  if (reduce == Reduce::kMax) {
+    auto grad_x = at::zeros({num_src, feat}, g.options());
+    AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "csr_aggregate_max_backward_cpu", [&] {
+      max_backward_columns<scalar_t>(idx.data_ptr<int64_t>(), g.data_ptr<scalar_t>(), arg.data_ptr<int64_t>(),
+                                     grad_x.data_ptr<scalar_t>(), num_src, g.size(0), idx.numel(), feat);
+    });
+    return grad_x;
+  }
   auto grad_x = at::empty({num_src, feat}, g.options());
   const Transposed t = transpose_csc(ptr, idx, num_src);
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "csr_aggregate_backward_cpu", [&] {
-    backward_rows<scalar_t>(ptr.data_ptr<int64_t>(), t, g.data_ptr<scalar_t>(),
-                            reduce == Reduce::kMax ? arg.data_ptr<int64_t>() : nullptr,
-                            grad_x.data_ptr<scalar_t>(), num_src, feat, reduce);
+    backward_rows<scalar_t>(ptr.data_ptr<int64_t>(), t, g.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(), num_src,
+                            feat, reduce);
   });
   return grad_x;
 }

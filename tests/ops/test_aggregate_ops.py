@@ -139,6 +139,9 @@ def test_kernels_reject_bad_indices_themselves(native):
         torch.ops.cherry.csr_aggregate_forward(torch.tensor([0, 2]), torch.tensor([0, 9]), torch.randn(3, 2), "sum")
     with pytest.raises(RuntimeError, match="indptr"):
         torch.ops.cherry.edge_softmax_forward(torch.tensor([0, 5]), torch.randn(3))
+    with pytest.raises(RuntimeError, match="argmax"):  # max's backward follows argmax: checked too
+        torch.ops.cherry.csr_aggregate_backward(torch.tensor([0, 2]), torch.tensor([0, 1]), torch.ones(1, 2),
+                                                torch.tensor([[0, 7]]), 3, "max")
 
 
 def _peak_allocated_bytes(fn) -> int:
