@@ -14,7 +14,8 @@ Measured the same way for every system, in rounds that interleave the systems (t
   Cherry's, DGL's and PyG's alike) over one extra forward + backward per round, bytes above what was
   live before; on a GPU ``torch.cuda.max_memory_allocated`` above the allocated bytes before.
 Targets: Cherry's peak and time at most `TARGET_RATIO` x the leaner (smaller median) of DGL and PyG;
-"within noise" where the ratio's interval reaches down to the target.
+"within noise" where the ratio's interval reaches down to the target. A library that does not import
+(DGL on a GPU machine without its CUDA build) is left out and shown as n/a.
 """
 from __future__ import annotations
 
@@ -139,17 +140,27 @@ def _pyg_step(spec, blocks, x, labels):
 STEPS = {"cherry": _cherry_step, "dgl": _dgl_step, "pyg": _pyg_step}
 
 
-def measure_model(spec, blocks, x, labels, args) -> list[Measured]:
-    """Rounds interleaving the systems (rotating order): ``args.steps`` timed calls and one peak each."""
+def available_systems() -> tuple[str, ...]:
+    """Cherry and whichever of DGL and PyG import here (a GPU machine may lack DGL)."""
+    from cherry.compat import dgl_available, pyg_available
+
+    present = {"dgl": dgl_available()[0], "pyg": pyg_available()[0]}
+    if not any(present.values()):
+        raise ValueError("cherry bench kernels compares against DGL or PyG, but neither imports here")
+    return ("cherry",) + tuple(name for name in SYSTEMS[1:] if present[name])
+
+
+def measure_model(spec, blocks, x, labels, args, systems: tuple[str, ...] = SYSTEMS) -> list[Measured]:
+    """Rounds interleaving ``systems`` (rotating order): ``args.steps`` timed calls and one peak each."""
     device = x.device
     torch.manual_seed(args.seed)
-    steps = {name: STEPS[name](spec, blocks, x, labels) for name in SYSTEMS}
+    steps = {name: STEPS[name](spec, blocks, x, labels) for name in systems}
     for step in steps.values():  # warm-up: first calls pay page faults, caches, lazy initialisation
         step()
-    seconds = {name: [] for name in SYSTEMS}
-    peaks = {name: [] for name in SYSTEMS}
+    seconds = {name: [] for name in systems}
+    peaks = {name: [] for name in systems}
     for r in range(args.repeats):
-        order = SYSTEMS[r % len(SYSTEMS):] + SYSTEMS[:r % len(SYSTEMS)]
+        order = systems[r % len(systems):] + systems[:r % len(systems)]
         for name in order:
             run = []
             for _ in range(args.steps):
@@ -160,7 +171,7 @@ def measure_model(spec, blocks, x, labels, args) -> list[Measured]:
                 run.append(time.perf_counter() - started)
             seconds[name].append(tuple(run))
             peaks[name].append(peak_allocated_bytes(steps[name], device))
-    return [Measured(name, tuple(seconds[name]), tuple(peaks[name])) for name in SYSTEMS]
+    return [Measured(name, tuple(seconds[name]), tuple(peaks[name])) for name in systems]
 
 
 def verdict(ratio) -> str:
@@ -177,8 +188,9 @@ def compare(results: list[Measured]) -> dict:
 
     by_name = {m.system: m for m in results}
     cherry = by_name["cherry"]
-    lean_mem = min((by_name[n] for n in ("dgl", "pyg")), key=lambda m: m.peak_bytes)
-    lean_time = min((by_name[n] for n in ("dgl", "pyg")), key=lambda m: m.median_s)
+    others = [m for m in results if m.system != "cherry"]
+    lean_mem = min(others, key=lambda m: m.peak_bytes)
+    lean_time = min(others, key=lambda m: m.median_s)
     peak_ratio = cherry.peak_bytes / max(lean_mem.peak_bytes, 1)
     time_ratio = median_ratio(cherry.round_seconds, lean_time.round_seconds)
     return {"leaner_memory": lean_mem.system, "peak_ratio": peak_ratio, "peak_verdict": verdict(peak_ratio),
@@ -207,7 +219,8 @@ def _batch(args: argparse.Namespace):
 def _row(model: str, results: list[Measured], c: dict) -> str:
     mib = 1 << 20
     by = {m.system: m for m in results}
-    cells = [f"{by[n].peak_bytes / mib:7.1f}" for n in SYSTEMS] + [f"{by[n].median_s * 1e3:8.1f}" for n in SYSTEMS]
+    cells = ([f"{by[n].peak_bytes / mib:7.1f}" if n in by else "n/a" for n in SYSTEMS]
+             + [f"{by[n].median_s * 1e3:8.1f}" if n in by else "n/a" for n in SYSTEMS])
     t = c["time_ratio"]
     time_text = t.text() if t else "n/a"
     return (f"| {model} | " + " | ".join(cells) + f" | {c['peak_ratio']:.2f} vs {c['leaner_memory']}: "
@@ -234,6 +247,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--device {args.device} asked for, but CUDA is not available here")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    systems = available_systems()
     dataset, blocks, x, labels = _batch(args)
     sizes = ", ".join(f"{b.num_src:,} src / {b.num_dst:,} dst / {b.num_edges:,} edges" for b in blocks.layers)
     print(f"cherry bench kernels: {args.dataset}, batch {args.batch_size}, fanouts {','.join(map(str, args.fanouts))} "
@@ -245,7 +259,7 @@ def _run(args: argparse.Namespace) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|---|---|")
     rows = []
     for name in models:
-        results = measure_model(model_spec(name, dataset, args), blocks, x, labels, args)
+        results = measure_model(model_spec(name, dataset, args), blocks, x, labels, args, systems)
         c = compare(results)
         print(_row(name, results, c), flush=True)
         t = c["time_ratio"]

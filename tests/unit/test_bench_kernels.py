@@ -60,3 +60,19 @@ def test_peak_sees_allocations_and_frees():
 def test_bench_kernels_bad_input_is_a_one_line_error(capsys, argv, message):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not pyg_available()[0], reason="needs PyG")
+def test_a_library_that_does_not_import_is_left_out(monkeypatch, capsys):
+    # as on the GPU machine, which has PyG but no DGL
+    monkeypatch.setattr("cherry.compat.dgl_available", lambda: (False, "dgl cannot be imported"))
+    assert main(TINY + ["--models", "gcn"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| gcn |"))
+    assert row.count("n/a") == 2 and "vs pyg" in row and "vs dgl" not in row
+
+
+def test_neither_library_is_a_one_line_error(monkeypatch, capsys):
+    monkeypatch.setattr("cherry.compat.dgl_available", lambda: (False, "no"))
+    monkeypatch.setattr("cherry.compat.pyg_available", lambda: (False, "no"))
+    assert main(TINY) == 2
+    assert "neither imports here" in capsys.readouterr().err
