@@ -1,4 +1,5 @@
-"""`cherry bench ops|kernels|engine|systems|planner|interop|budget|cache`: side-by-side benchmarks that print ratios measured in one run.
+"""`cherry bench ops|kernels|engine|systems|planner|interop|budget|cache`: side-by-side benchmarks that
+print ratios measured in one run.
 
 The command line of each benchmark is defined here; the measuring lives in
 `benchmarks.<name>.run(args)`, which imports no CLI code. Options that are run-spec keys

@@ -5,4 +5,5 @@ from cherry.ops.extension import extension_available, extension_status
 from cherry.ops.sampling import sample_neighbors, slice_layer
 
 __all__ = ["aggregate_block", "attention_aggregate", "attention_aggregate_block", "csr_aggregate", "edge_softmax",
-           "edge_softmax_block", "extension_available", "extension_status", "sample_neighbors", "segment_reduce", "slice_layer"]
+           "edge_softmax_block", "extension_available", "extension_status", "sample_neighbors", "segment_reduce",
+           "slice_layer"]

@@ -37,7 +37,8 @@ def _check_attention_types(indptr: torch.Tensor, indices: torch.Tensor, z: torch
                          f"{indices.device}, {z.device}, {alpha.device}")
 
 
-def attention_aggregate(indptr: torch.Tensor, indices: torch.Tensor, z: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+def attention_aggregate(indptr: torch.Tensor, indices: torch.Tensor, z: torch.Tensor,
+                        alpha: torch.Tensor) -> torch.Tensor:
     """``out[d, h] = sum_{e in [indptr[d], indptr[d+1])} alpha[e, h] * z[indices[e], h]``.
 
     Shapes: indptr [D+1] int64 (0 first, E last, non-decreasing), indices [E] int64 in [0, S),

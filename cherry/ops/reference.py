@@ -103,6 +103,7 @@ class _AttentionAggregate(torch.autograd.Function):
         return None, None, grad_z, grad_alpha
 
 
-def attention_aggregate(indptr: torch.Tensor, indices: torch.Tensor, z: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+def attention_aggregate(indptr: torch.Tensor, indices: torch.Tensor, z: torch.Tensor,
+                        alpha: torch.Tensor) -> torch.Tensor:
     """Differentiable `attention_aggregate_forward` (gradients to ``z`` and ``alpha``), first order only."""
     return _AttentionAggregate.apply(indptr, indices, z, alpha)

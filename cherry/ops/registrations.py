@@ -1,11 +1,12 @@
 """Python-side registrations of the native ops, done once when the extension loads.
 
 - Autograd (`torch.library.register_autograd`): ``csr_aggregate_forward``, ``edge_softmax_forward`` and
-  ``attention_aggregate_forward`` differentiate through their ``*_backward`` ops (first order only: the backward ops have no autograd),
-  so `cherry.ops.aggregate` calls the ops directly instead of wrapping them in an autograd.Function.
+  ``attention_aggregate_forward`` differentiate through their ``*_backward`` ops (first order only: the
+  backward ops have no autograd), so `cherry.ops.aggregate` and `cherry.ops.attention` call the ops
+  directly instead of wrapping them in an autograd.Function.
 - Fake (meta) kernels (`torch.library.register_fake`) for the ops whose output shapes follow from their
-  inputs' shapes (aggregation, edge softmax, attention aggregation, the LSTM cell's backward), so they trace under
-  ``torch.compile`` and pass `torch.library.opcheck`'s fake-tensor tests. The sampling and planning ops
+  inputs' shapes (aggregation, edge softmax, attention aggregation, the LSTM cell's backward), so they
+  trace under ``torch.compile`` and pass `torch.library.opcheck`'s fake-tensor tests. The sampling and planning ops
   have data-dependent output sizes and run eagerly only (no fake kernel).
 """
 from __future__ import annotations

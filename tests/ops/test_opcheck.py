@@ -4,9 +4,9 @@ Each op's arguments are the ones Cherry's own public functions pass it: a record
 for ``torch.ops.cherry`` while they run on small generated graphs, so the checked calls are real ones.
 Every op gets opcheck's schema test (declared mutation and aliasing match what the kernel does) and
 its autograd-registration test; the ops with a fake kernel (`cherry.ops.registrations`: aggregation,
-edge softmax, attention aggregation, the LSTM cell's backward) also get the fake-tensor and AOT-dispatch tests, which is what
-``torch.compile`` needs. The sampling and planning ops have data-dependent output sizes and no fake
-kernel; they run eagerly only.
+edge softmax, attention aggregation, the LSTM cell's backward) also get the fake-tensor and
+AOT-dispatch tests, which is what ``torch.compile`` needs. The sampling and planning ops have
+data-dependent output sizes and no fake kernel; they run eagerly only.
 """
 from __future__ import annotations
 
