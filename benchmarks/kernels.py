@@ -174,6 +174,25 @@ def measure_model(spec, blocks, x, labels, args, systems: tuple[str, ...] = SYST
     return [Measured(name, tuple(seconds[name]), tuple(peaks[name])) for name in systems]
 
 
+def profile_tables(spec, blocks, x, labels, systems: tuple[str, ...], row_limit: int = 10) -> str:
+    """`torch.profiler` tables (CPU time by op, self time first) of one forward + backward per system,
+    after two untimed ones: where a ratio's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    out = []
+    for name in systems:
+        step = STEPS[name](spec, blocks, x, labels)
+        step()
+        step()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step()
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=row_limit,
+                                          max_name_column_width=40)
+        out.append(f"profile of {name}, one fwd+bwd:\n{table}")
+    return "\n".join(out)
+
+
 def verdict(ratio) -> str:
     """Target `TARGET_RATIO` on a ratio with an interval (a time) or a plain float (a peak)."""
     value, low = (ratio, ratio) if isinstance(ratio, float) else (ratio.value, ratio.low)
@@ -257,11 +276,13 @@ def _run(args: argparse.Namespace) -> int:
     print("\n| model | peak MiB cherry | dgl | pyg | fwd+bwd ms cherry | dgl | pyg "
           "| peak cherry / leaner (target <= 1.1) | time cherry / faster [95% interval] (target <= 1.1) |")
     print("|---|---:|---:|---:|---:|---:|---:|---|---|")
-    rows = []
+    rows, profiles = [], []
     for name in models:
         results = measure_model(model_spec(name, dataset, args), blocks, x, labels, args, systems)
         c = compare(results)
         print(_row(name, results, c), flush=True)
+        if args.profile:
+            profiles.append(f"\n{name}: " + profile_tables(model_spec(name, dataset, args), blocks, x, labels, systems))
         t = c["time_ratio"]
         rows.append({"model": name, **{f"{m.system}_peak_bytes": m.peak_bytes for m in results},
                      **{f"{m.system}_median_fwd_bwd_s": m.median_s for m in results},
@@ -269,6 +290,8 @@ def _run(args: argparse.Namespace) -> int:
                      "peak_verdict": c["peak_verdict"], "time_ratio": t.value if t else None,
                      "time_interval": [t.low, t.high] if t else None, "faster": c["faster"],
                      "time_verdict": c["time_verdict"]})
+    for text in profiles:
+        print(text)
     if args.json is not None:
         from cherry.errors import write_json_keeping
 

@@ -72,6 +72,8 @@ def _register_kernels(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=positive_int, default=5,
                    help="interleaved rounds; each times --steps fwd+bwd per system and takes one peak")
     p.add_argument("--threads", type=positive_int, default=None, help="intra-op threads (default: torch's setting)")
+    p.add_argument("--profile", action="store_true",
+                   help="after the table, a torch.profiler table of one fwd+bwd per model and system")
     p.add_argument("--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("kernels"))
 

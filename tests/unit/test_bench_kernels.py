@@ -66,9 +66,12 @@ def test_bench_kernels_bad_input_is_a_one_line_error(capsys, argv, message):
 def test_a_library_that_does_not_import_is_left_out(monkeypatch, capsys):
     # as on the GPU machine, which has PyG but no DGL
     monkeypatch.setattr("cherry.compat.dgl_available", lambda: (False, "dgl cannot be imported"))
-    assert main(TINY + ["--models", "gcn"]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| gcn |"))
+    assert main(TINY + ["--models", "gcn", "--profile"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| gcn |"))
     assert row.count("n/a") == 2 and "vs pyg" in row and "vs dgl" not in row
+    assert "profile of cherry, one fwd+bwd" in out and "profile of pyg" in out and "profile of dgl" not in out
+    assert "Self CPU" in out
 
 
 def test_neither_library_is_a_one_line_error(monkeypatch, capsys):
