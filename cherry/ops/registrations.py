@@ -21,12 +21,15 @@ def _aggregate_setup_context(ctx, inputs, output) -> None:
     _, argmax = output
     ctx.save_for_backward(indptr, indices, argmax)
     ctx.reduce, ctx.num_src = reduce, x_src.shape[0]
+    # The int64 arg-max output never has a gradient: without this, autograd fills a [D, F] zero tensor
+    # for it on every backward (a pass over D x F int64 that the max aggregation's time paid).
+    ctx.set_materialize_grads(False)
 
 
 def _aggregate_backward(ctx, grad_out, _grad_argmax):
     indptr, indices, argmax = ctx.saved_tensors
     grad_x = None
-    if ctx.needs_input_grad[2]:
+    if ctx.needs_input_grad[2] and grad_out is not None:
         grad_x = torch.ops.cherry.csr_aggregate_backward(indptr, indices, grad_out.contiguous(), argmax,
                                                          ctx.num_src, ctx.reduce)
     return None, None, grad_x, None
