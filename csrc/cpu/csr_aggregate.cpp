@@ -55,19 +55,21 @@ void forward_rows(const int64_t* ptr, const int64_t* idx, const scalar_t* x, sca
           std::fill(a, a + feat, int64_t(-1));
           continue;
         }
+        // Two branch-free passes the compiler vectorises: the maximum, then the first edge that attains
+        // it (the first maximum in segment order, as a strict '>' scan keeps). A NaN in the first edge
+        // wins, as in that scan (NaN compares false), so a feature no edge matches points at the first.
         const scalar_t* x0 = x + idx[first] * feat;
         std::copy(x0, x0 + feat, o);
-        std::fill(a, a + feat, first);
         for (int64_t e = first + 1; e < last; ++e) {
           const scalar_t* xe = x + idx[e] * feat;
-          for (int64_t f = 0; f < feat; ++f) {
-            // Strict '>' keeps the first maximum in segment order.
-            if (xe[f] > o[f]) {
-              o[f] = xe[f];
-              a[f] = e;
-            }
-          }
+          for (int64_t f = 0; f < feat; ++f) o[f] = xe[f] > o[f] ? xe[f] : o[f];
         }
+        std::fill(a, a + feat, int64_t(-1));
+        for (int64_t e = last - 1; e >= first; --e) {  // backwards: the earliest match is written last
+          const scalar_t* xe = x + idx[e] * feat;
+          for (int64_t f = 0; f < feat; ++f) a[f] = xe[f] == o[f] ? e : a[f];
+        }
+        for (int64_t f = 0; f < feat; ++f) a[f] = a[f] < 0 ? first : a[f];
       } else {
         std::fill(o, o + feat, scalar_t(0));
         for (int64_t e = first; e < last; ++e) {

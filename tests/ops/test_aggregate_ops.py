@@ -114,6 +114,17 @@ def test_max_routes_gradient_to_first_maximum(native):
     assert x.grad.flatten().tolist() == [0.0, 0.0, 1.0]
 
 
+def test_max_keeps_the_first_maximum_in_segment_order(native):
+    # what a strict '>' scan in edge order keeps: ties go to the first, a NaN first wins, -0.0 == 0.0
+    nan = float("nan")
+    indptr, indices = torch.tensor([0, 2, 5, 7]), torch.arange(7)
+    x = torch.tensor([[nan, 0.0], [1.0, -0.0], [1.0, 2.0], [nan, 2.0], [3.0, 1.0], [-0.0, 5.0], [0.0, 5.0]])
+    out, argmax = torch.ops.cherry.csr_aggregate_forward(indptr, indices, x, "max")
+    assert argmax.tolist() == [[0, 0], [4, 2], [5, 5]]
+    assert torch.isnan(out[0, 0]) and out[1:].tolist() == [[3.0, 2.0], [0.0, 5.0]]
+    assert torch.signbit(out[2, 0]) and not torch.signbit(out[0, 1])
+
+
 def test_trailing_dims_noncontiguous_and_empty(native):
     indptr, indices = random_graph(10, 20, 5, seed=7)
     x = torch.randn(4, 20, 3).permute(1, 0, 2)  # [20, 4, 3], not contiguous
