@@ -83,14 +83,18 @@ class PygModel(nn.Module):
             h = self._activate(index, self._conv(index, h, edge_index, h.shape[0]))
         return h[:batch_size]
 
+    def forward_edges(self, index: int, h: torch.Tensor, edge_index: torch.Tensor, num_dst: int) -> torch.Tensor:
+        """Layer ``index`` as PyG calls it, on rows ``h`` (destinations ``0..num_dst-1`` first) and edges
+        ``edge_index`` (row of ``h`` -> destination); an LSTM pads each destination to the largest degree."""
+        x = h if self.spec.model == "gcn" else (h, h[:num_dst])
+        return self._activate(index, self._conv(index, x, edge_index, num_dst))
+
     def forward_layer(self, index: int, block, h: torch.Tensor) -> torch.Tensor:
         """Layer ``index`` on a Cherry `Block`: ``h`` has ``block.num_src`` rows, destinations first."""
         dst = torch.repeat_interleave(torch.arange(block.num_dst, device=h.device), block.in_degrees())
         edge_index = torch.stack([block.indices, dst])
-        if self.spec.model == "gcn":
-            return self._activate(index, self._conv(index, h, edge_index, block.num_dst))
         if self.spec.aggr != "lstm":
-            return self._activate(index, self._conv(index, (h, h[: block.num_dst]), edge_index, block.num_dst))
+            return self.forward_edges(index, h, edge_index, block.num_dst)
         # PyG's LSTM runs over each destination's neighbours zero-padded to the batch's largest degree,
         # so its result depends on the batch. Here each group holds one degree (no padding: the LSTM
         # over exactly the neighbours, as in DGL and Cherry), which also bounds the padded tensor when

@@ -1,4 +1,5 @@
-"""`cherry bench ops|engine|systems|planner|interop|budget|cache|exactness`: side-by-side benchmarks that print ratios measured in one run.
+"""`cherry bench ops|kernels|engine|systems|planner|interop|budget|cache|exactness`: side-by-side benchmarks
+that print ratios measured in one run.
 
 The command line of each benchmark is defined here; the measuring lives in
 `benchmarks.<name>.run(args)`, which imports no CLI code. Options that are run-spec keys
@@ -15,11 +16,12 @@ import importlib
 from cherry.cli.options import add_spec_arguments, non_negative_int, positive_int, size_bytes
 from cherry.outputs import DIR, add_output
 
-BENCHMARKS = ("ops", "engine", "systems", "planner", "interop", "budget", "cache", "exactness")
+BENCHMARKS = ("ops", "kernels", "engine", "systems", "planner", "interop", "budget", "cache", "exactness")
 _PLANNER_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-arxiv,synth-products"
 # Where a benchmark's setting differs from the run schema's default (the rest are the schema's).
 _OWN_DEFAULTS = {
     "ops": {"dataset": "synth-arxiv"},
+    "kernels": {"dataset": "synth-arxiv", "steps": 3},
     "engine": {"dataset": "synth-arxiv", "hidden": 128, "steps": 4, "warmup": 1},
     "systems": {"dataset": "synth-arxiv", "aggr": "mean", "hidden": 128, "batch_size": 8192, "steps": 3, "warmup": 1},
     "planner": {"hidden": 128},
@@ -30,6 +32,7 @@ _OWN_DEFAULTS = {
 }
 
 
+_KERNEL_MODELS = ("sage-mean", "sage-pool", "sage-lstm", "gcn", "gat")  # benchmarks.kernels.MODELS
 _MODULES = {"cache": "feature_cache", "exactness": "exactness_check"}  # a benchmark whose module is not named after it
 
 
@@ -61,6 +64,20 @@ def _register_ops(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_runner("ops"))
 
 
+
+def _register_kernels(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("kernels", help="Cherry's layers vs stock DGL's and PyG's on one batch at K=1: peak and time")
+    add_spec_arguments(p, ("dataset", "root", "batch_size", "fanouts", "hidden", "heads", "steps", "device", "seed"),
+                       _OWN_DEFAULTS["kernels"])
+    p.add_argument("--models", default=",".join(_KERNEL_MODELS),
+                   help=f"comma-separated subset of {','.join(_KERNEL_MODELS)}")
+    p.add_argument("--repeats", type=positive_int, default=5,
+                   help="interleaved rounds; each times --steps fwd+bwd per system and takes one peak")
+    p.add_argument("--threads", type=positive_int, default=None, help="intra-op threads (default: torch's setting)")
+    p.add_argument("--profile", action="store_true",
+                   help="after the table, a torch.profiler table of one fwd+bwd per model and system")
+    p.add_argument("--json", default=None, metavar="OUT")
+    p.set_defaults(func=_runner("kernels"))
 
 
 def _register_engine(sub: argparse._SubParsersAction) -> None:

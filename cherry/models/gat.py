@@ -9,6 +9,9 @@ No self-loop is added: a destination attends only to its sampled in-edges (if th
 sampling may include it like any other edge). A destination with no in-edges outputs ``b`` (the empty
 softmax contributes nothing). The softmax runs over the destination's own in-edges only, so the output is
 exact under slicing.
+
+Memory per edge is O(heads) (logits, attention weights): the weighted sum over in-edges runs in the
+fused `cherry.ops.attention_aggregate_block`, which never holds per-edge messages of width F.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cherry.ops import edge_softmax_block, segment_reduce
+from cherry.ops import attention_aggregate_block, edge_softmax_block
 from cherry.sampling.blocks import Block
 
 
@@ -53,10 +56,8 @@ class GATConv(nn.Module):
             score_src.index_select(0, block.indices) + score_dst.index_select(0, edge_dst), self.negative_slope
         )
         alpha = edge_softmax_block(block, logits)  # [E, H]
-        messages = z.index_select(0, block.indices) * alpha.unsqueeze(-1)  # [E, H, F]
-        # Messages are already in CSC edge order: a segment sum over each destination's edges.
-        out = segment_reduce(block, messages.reshape(messages.shape[0], heads * out_dim), "sum")
-        out = out.view(num_dst, heads, out_dim) + self.bias
+        # Fused u_mul_e_sum: no [E, H, F] message tensor in forward or backward.
+        out = attention_aggregate_block(block, z, alpha) + self.bias  # [D, H, F]
         return out.flatten(1) if self.concat else out.mean(1)
 
     def extra_repr(self) -> str:

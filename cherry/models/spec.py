@@ -45,7 +45,8 @@ class LayerDims:
     ``aggregate_dim`` is the width of the per-edge / per-destination tensors the aggregation works on
     (for SAGE-mean and GCN the linear map is applied before aggregation when it narrows the rows, as in
     DGL, so the aggregated width is ``min(in_dim, out_dim)``). ``heads`` is 1 except for GAT, whose
-    per-edge attention tensors are ``[E, heads]`` and messages ``[E, heads, head_dim]``.
+    per-edge attention tensors are ``[E, heads]`` (its messages, ``[E, heads, head_dim]``, are never held:
+    the fused `cherry.ops.attention_aggregate_block` sums them per destination).
     ``dropout`` is the probability of the dropout on the layer's output (0 for the last layer) and
     ``input_dropout`` that of the dropout on its input (the input layer's features only).
     """

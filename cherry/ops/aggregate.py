@@ -53,10 +53,15 @@ def _describe(value: object) -> str:
 def _validate_aggregate(indptr: torch.Tensor, indices: torch.Tensor, x_src: torch.Tensor, reduce: str) -> None:
     _check_aggregate_types(indptr, indices, x_src, reduce)
     _check_indptr(indptr, indices.numel(), "indices")
+    _check_index_range(indices, x_src.shape[0], "x_src")
+
+
+def _check_index_range(indices: torch.Tensor, num_rows: int, rows_name: str) -> None:
+    """Every index in ``[0, num_rows)``; reads the extremes back from the device (a host sync)."""
     if indices.numel() > 0:
         lo, hi = (int(v) for v in torch.aminmax(indices))
-        if lo < 0 or hi >= x_src.shape[0]:
-            raise ValueError(f"indices must lie in [0, {x_src.shape[0]}) (rows of x_src), got values in [{lo}, {hi}]")
+        if lo < 0 or hi >= num_rows:
+            raise ValueError(f"indices must lie in [0, {num_rows}) (rows of {rows_name}), got values in [{lo}, {hi}]")
 
 
 def _check_aggregate_types(indptr: torch.Tensor, indices: torch.Tensor, x_src: torch.Tensor, reduce: str) -> None:

@@ -96,7 +96,9 @@ def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: boo
             per_src += d.heads * (d.head_dim + 1)  # W h_src and a_l . W h_src
             # above the last layer three more rows, and dropout's output with dropout (no mask is kept)
             per_dst = d.heads + d.heads * d.head_dim * (1 if d.is_last else 3 + (1 if d.dropout > 0 else 0))
-            per_edge += 4 * d.heads + 2 * d.heads * d.head_dim  # logits, leaky, softmax, messages
+            # logits, leaky, softmax: O(heads) per edge. The weighted sum runs in the fused attention
+            # aggregation (native or chunked reference), which holds no [E, heads, head_dim] messages.
+            per_edge += 4 * d.heads
         elif d.aggr == "pool":
             per_src += 2.0 * agg  # W_pool h_src and its ReLU
             per_dst = 3.0 * agg + out_path  # max result + int64 arg-max

@@ -3,13 +3,16 @@
 // Forward is parallel over destination rows: each task owns its rows of `out`, so there are no write
 // races and each row is summed in edge order (the order the reference's index_add uses, so float
 // results match it bit for bit). Backward needs the adjoint scatter into x_src; rather than atomics or
-// per-thread [S, F] buffers, it builds the transposed adjacency (source -> its in-edge positions, a
-// stable counting sort: O(S + E) int64, never O(E x F)) and is then parallel over source rows.
+// per-thread [S, F] buffers, sum and mean build the transposed adjacency (csc_transpose.h: O(S + E)
+// int64, never O(E x F)) and are then parallel over source rows; max follows its [D, F] arg-max,
+// parallel over feature columns (O(D x F) work, as DGL's scatter of the arg-max).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
+
+#include "../csc_transpose.h"
 
 namespace cherry {
 namespace {
@@ -34,17 +37,6 @@ void check_csc(const at::Tensor& indptr, const at::Tensor& indices) {
   TORCH_CHECK(indptr.numel() >= 1, "indptr must have at least one entry");
 }
 
-// O(D) check that indptr is a valid segmentation of the E edges; the kernels index memory with it.
-void check_segments(const at::Tensor& indptr, int64_t num_edges) {
-  const int64_t* ptr = indptr.data_ptr<int64_t>();
-  const int64_t num_dst = indptr.numel() - 1;
-  TORCH_CHECK(ptr[0] == 0 && ptr[num_dst] == num_edges, "indptr must start at 0 and end at len(indices) = ",
-              num_edges, ", got ", ptr[0], " and ", ptr[num_dst]);
-  for (int64_t d = 0; d < num_dst; ++d) {
-    TORCH_CHECK(ptr[d] <= ptr[d + 1], "indptr must be non-decreasing, but indptr[", d, "] > indptr[", d + 1, "]");
-  }
-}
-
 template <typename scalar_t>
 void forward_rows(const int64_t* ptr, const int64_t* idx, const scalar_t* x, scalar_t* out, int64_t* arg,
                   int64_t num_src, int64_t num_dst, int64_t feat, Reduce reduce) {
@@ -63,19 +55,21 @@ void forward_rows(const int64_t* ptr, const int64_t* idx, const scalar_t* x, sca
           std::fill(a, a + feat, int64_t(-1));
           continue;
         }
+        // Two branch-free passes the compiler vectorises: the maximum, then the first edge that attains
+        // it (the first maximum in segment order, as a strict '>' scan keeps). A NaN in the first edge
+        // wins, as in that scan (NaN compares false), so a feature no edge matches points at the first.
         const scalar_t* x0 = x + idx[first] * feat;
         std::copy(x0, x0 + feat, o);
-        std::fill(a, a + feat, first);
         for (int64_t e = first + 1; e < last; ++e) {
           const scalar_t* xe = x + idx[e] * feat;
-          for (int64_t f = 0; f < feat; ++f) {
-            // Strict '>' keeps the first maximum in segment order.
-            if (xe[f] > o[f]) {
-              o[f] = xe[f];
-              a[f] = e;
-            }
-          }
+          for (int64_t f = 0; f < feat; ++f) o[f] = xe[f] > o[f] ? xe[f] : o[f];
         }
+        std::fill(a, a + feat, int64_t(-1));
+        for (int64_t e = last - 1; e >= first; --e) {  // backwards: the earliest match is written last
+          const scalar_t* xe = x + idx[e] * feat;
+          for (int64_t f = 0; f < feat; ++f) a[f] = xe[f] == o[f] ? e : a[f];
+        }
+        for (int64_t f = 0; f < feat; ++f) a[f] = a[f] < 0 ? first : a[f];
       } else {
         std::fill(o, o + feat, scalar_t(0));
         for (int64_t e = first; e < last; ++e) {
@@ -99,7 +93,7 @@ std::tuple<at::Tensor, at::Tensor> csr_aggregate_forward_cpu(const at::Tensor& i
   const auto ptr = indptr.contiguous();
   const auto idx = indices.contiguous();
   const auto x = x_src.contiguous();
-  check_segments(ptr, idx.numel());
+  check_csc_segments(ptr, idx.numel());
   const int64_t num_dst = ptr.numel() - 1, feat = x.size(1);
   auto out = at::empty({num_dst, feat}, x.options());
   auto arg = reduce == Reduce::kMax ? at::empty({num_dst, feat}, ptr.options()) : at::empty({0}, ptr.options());
@@ -111,41 +105,30 @@ std::tuple<at::Tensor, at::Tensor> csr_aggregate_forward_cpu(const at::Tensor& i
   return std::make_tuple(out, arg);
 }
 
-// Transposed adjacency: for source s, t_ptr[s]..t_ptr[s+1] index t_edge (edge positions, increasing)
-// and t_dst (their destinations). Sequential counting sort: O(S + E) time, 2E + S + 1 int64.
-struct Transposed {
-  at::Tensor ptr, edge, dst;
-};
-
-Transposed transpose_csc(const at::Tensor& indptr, const at::Tensor& indices, int64_t num_src) {
-  const int64_t num_dst = indptr.numel() - 1, num_edges = indices.numel();
-  const int64_t* ptr = indptr.data_ptr<int64_t>();
-  const int64_t* idx = indices.data_ptr<int64_t>();
-  Transposed t{at::zeros({num_src + 1}, indptr.options()), at::empty({num_edges}, indptr.options()),
-               at::empty({num_edges}, indptr.options())};
-  int64_t* tp = t.ptr.data_ptr<int64_t>();
-  for (int64_t e = 0; e < num_edges; ++e) {
-    TORCH_CHECK(idx[e] >= 0 && idx[e] < num_src, "indices[", e, "] = ", idx[e], " is outside [0, ", num_src, ")");
-    ++tp[idx[e] + 1];
-  }
-  for (int64_t s = 0; s < num_src; ++s) tp[s + 1] += tp[s];
-  auto cursor = t.ptr.narrow(0, 0, num_src).clone();
-  int64_t* cur = cursor.data_ptr<int64_t>();
-  int64_t* te = t.edge.data_ptr<int64_t>();
-  int64_t* td = t.dst.data_ptr<int64_t>();
-  for (int64_t d = 0; d < num_dst; ++d) {
-    for (int64_t e = ptr[d]; e < ptr[d + 1]; ++e) {
-      const int64_t pos = cur[idx[e]]++;
-      te[pos] = e;
-      td[pos] = d;
+// Max: each gradient element goes to its arg-max edge's source, O(D x F) work with no transposed
+// adjacency. Tasks own feature columns (so no two write one element) and walk destinations in order,
+// the order in which the transposed walk would add them.
+template <typename scalar_t>
+void max_backward_columns(const int64_t* idx, const scalar_t* g, const int64_t* arg, scalar_t* gx, int64_t num_src,
+                          int64_t num_dst, int64_t num_edges, int64_t feat) {
+  at::parallel_for(0, feat, std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(num_dst, 1)),
+                   [&](int64_t begin, int64_t end) {
+    for (int64_t d = 0; d < num_dst; ++d) {
+      for (int64_t f = begin; f < end; ++f) {
+        const int64_t e = arg[d * feat + f];
+        if (e < 0) continue;  // an empty segment
+        TORCH_CHECK(e < num_edges && idx[e] >= 0 && idx[e] < num_src, "argmax[", d, ", ", f, "] = ", e,
+                    " is not an edge whose source is in [0, ", num_src, ")");
+        gx[idx[e] * feat + f] += g[d * feat + f];
+      }
     }
-  }
-  return t;
+  });
 }
 
+// Sum and mean: parallel over source rows of the transposed adjacency (file comment).
 template <typename scalar_t>
-void backward_rows(const int64_t* ptr, const Transposed& t, const scalar_t* g, const int64_t* arg, scalar_t* gx,
-                   int64_t num_src, int64_t feat, Reduce reduce) {
+void backward_rows(const int64_t* ptr, const Transposed& t, const scalar_t* g, scalar_t* gx, int64_t num_src,
+                   int64_t feat, Reduce reduce) {
   const int64_t* tp = t.ptr.data_ptr<int64_t>();
   const int64_t* te = t.edge.data_ptr<int64_t>();
   const int64_t* td = t.dst.data_ptr<int64_t>();
@@ -157,11 +140,7 @@ void backward_rows(const int64_t* ptr, const Transposed& t, const scalar_t* g, c
       for (int64_t p = tp[s]; p < tp[s + 1]; ++p) {
         const int64_t d = td[p];
         const scalar_t* gd = g + d * feat;
-        if (reduce == Reduce::kMax) {
-          const int64_t* ad = arg + d * feat;
-          const int64_t e = te[p];
-          for (int64_t f = 0; f < feat; ++f) o[f] += ad[f] == e ? gd[f] : scalar_t(0);
-        } else if (reduce == Reduce::kMean) {
+        if (reduce == Reduce::kMean) {
           // Divide (not multiply by a reciprocal) so the result equals the reference's autograd exactly.
           const scalar_t deg = static_cast<scalar_t>(ptr[d + 1] - ptr[d]);
           for (int64_t f = 0; f < feat; ++f) o[f] += gd[f] / deg;
@@ -187,14 +166,21 @@ at::Tensor csr_aggregate_backward_cpu(const at::Tensor& indptr, const at::Tensor
   if (reduce == Reduce::kMax) {
     TORCH_CHECK(arg.scalar_type() == at::kLong && arg.sizes() == g.sizes(), "argmax must be int64 shaped like grad_out");
   }
-  check_segments(ptr, idx.numel());
+  check_csc_segments(ptr, idx.numel());
   const int64_t feat = g.size(1);
+  if (reduce == Reduce::kMax) {
+    auto grad_x = at::zeros({num_src, feat}, g.options());
+    AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "csr_aggregate_max_backward_cpu", [&] {
+      max_backward_columns<scalar_t>(idx.data_ptr<int64_t>(), g.data_ptr<scalar_t>(), arg.data_ptr<int64_t>(),
+                                     grad_x.data_ptr<scalar_t>(), num_src, g.size(0), idx.numel(), feat);
+    });
+    return grad_x;
+  }
   auto grad_x = at::empty({num_src, feat}, g.options());
   const Transposed t = transpose_csc(ptr, idx, num_src);
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "csr_aggregate_backward_cpu", [&] {
-    backward_rows<scalar_t>(ptr.data_ptr<int64_t>(), t, g.data_ptr<scalar_t>(),
-                            reduce == Reduce::kMax ? arg.data_ptr<int64_t>() : nullptr,
-                            grad_x.data_ptr<scalar_t>(), num_src, feat, reduce);
+    backward_rows<scalar_t>(ptr.data_ptr<int64_t>(), t, g.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(), num_src,
+                            feat, reduce);
   });
   return grad_x;
 }

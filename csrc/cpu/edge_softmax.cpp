@@ -12,19 +12,15 @@
 #include <limits>
 #include <vector>
 
+#include "../csc_transpose.h"
+
 namespace cherry {
 namespace {
 
 void check_segments(const at::Tensor& indptr, int64_t num_edges) {
   TORCH_CHECK(indptr.dim() == 1 && indptr.scalar_type() == at::kLong && indptr.numel() >= 1,
               "indptr must be a non-empty 1-D int64 tensor");
-  const int64_t* ptr = indptr.data_ptr<int64_t>();
-  const int64_t num_dst = indptr.numel() - 1;
-  TORCH_CHECK(ptr[0] == 0 && ptr[num_dst] == num_edges, "indptr must start at 0 and end at the number of edges ",
-              num_edges, ", got ", ptr[0], " and ", ptr[num_dst]);
-  for (int64_t d = 0; d < num_dst; ++d) {
-    TORCH_CHECK(ptr[d] <= ptr[d + 1], "indptr must be non-decreasing, but indptr[", d, "] > indptr[", d + 1, "]");
-  }
+  check_csc_segments(indptr, num_edges);
 }
 
 int64_t heads_of(const at::Tensor& t) {

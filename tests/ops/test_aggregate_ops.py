@@ -114,6 +114,17 @@ def test_max_routes_gradient_to_first_maximum(native):
     assert x.grad.flatten().tolist() == [0.0, 0.0, 1.0]
 
 
+def test_max_keeps_the_first_maximum_in_segment_order(native):
+    # what a strict '>' scan in edge order keeps: ties go to the first, a NaN first wins, -0.0 == 0.0
+    nan = float("nan")
+    indptr, indices = torch.tensor([0, 2, 5, 7]), torch.arange(7)
+    x = torch.tensor([[nan, 0.0], [1.0, -0.0], [1.0, 2.0], [nan, 2.0], [3.0, 1.0], [-0.0, 5.0], [0.0, 5.0]])
+    out, argmax = torch.ops.cherry.csr_aggregate_forward(indptr, indices, x, "max")
+    assert argmax.tolist() == [[0, 0], [4, 2], [5, 5]]
+    assert torch.isnan(out[0, 0]) and out[1:].tolist() == [[3.0, 2.0], [0.0, 5.0]]
+    assert torch.signbit(out[2, 0]) and not torch.signbit(out[0, 1])
+
+
 def test_trailing_dims_noncontiguous_and_empty(native):
     indptr, indices = random_graph(10, 20, 5, seed=7)
     x = torch.randn(4, 20, 3).permute(1, 0, 2)  # [20, 4, 3], not contiguous
@@ -139,6 +150,9 @@ def test_kernels_reject_bad_indices_themselves(native):
         torch.ops.cherry.csr_aggregate_forward(torch.tensor([0, 2]), torch.tensor([0, 9]), torch.randn(3, 2), "sum")
     with pytest.raises(RuntimeError, match="indptr"):
         torch.ops.cherry.edge_softmax_forward(torch.tensor([0, 5]), torch.randn(3))
+    with pytest.raises(RuntimeError, match="argmax"):  # max's backward follows argmax: checked too
+        torch.ops.cherry.csr_aggregate_backward(torch.tensor([0, 2]), torch.tensor([0, 1]), torch.ones(1, 2),
+                                                torch.tensor([[0, 7]]), 3, "max")
 
 
 def _peak_allocated_bytes(fn) -> int:

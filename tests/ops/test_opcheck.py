@@ -4,9 +4,9 @@ Each op's arguments are the ones Cherry's own public functions pass it: a record
 for ``torch.ops.cherry`` while they run on small generated graphs, so the checked calls are real ones.
 Every op gets opcheck's schema test (declared mutation and aliasing match what the kernel does) and
 its autograd-registration test; the ops with a fake kernel (`cherry.ops.registrations`: aggregation,
-edge softmax, the LSTM cell's backward) also get the fake-tensor and AOT-dispatch tests, which is what
-``torch.compile`` needs. The sampling and planning ops have data-dependent output sizes and no fake
-kernel; they run eagerly only.
+edge softmax, attention aggregation, the LSTM cell's backward) also get the fake-tensor and
+AOT-dispatch tests, which is what ``torch.compile`` needs. The sampling and planning ops have
+data-dependent output sizes and no fake kernel; they run eagerly only.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from cherry.data.degree_laws import degree_law_graph
-from cherry.ops import aggregate, extension_available, extension_status, feature_cache, lstm, planning, sampling
+from cherry.ops import aggregate, attention, extension_available, extension_status, feature_cache, lstm, planning, sampling
 from cherry.ops.dropout import node_dropout
 from cherry.ops.registrations import FAKE_OPS
 from cherry.sampling import NeighborSampler, slice_blocks_many
@@ -77,6 +77,9 @@ def _exercise(device: str) -> None:
     rows = torch.randn(top.src_nodes.numel(), 7, device=device, dtype=torch.float64, requires_grad=True)
     states = torch.randint(0, 2**32, (rows.shape[0],), generator=gen).to(device)
     (node_dropout(rows, states, 0.5) * torch.rand_like(rows)).sum().backward()
+    z = torch.randn(top.src_nodes.numel(), 2, 3, device=device, dtype=torch.float64, requires_grad=True)
+    (attention.attention_aggregate_block(top, z, scores.detach().clone().requires_grad_(True))
+     * torch.rand(top.num_dst, 2, 3, device=device, dtype=torch.float64)).sum().backward()
     if device == "cpu":  # the LSTM cell's backward has a CPU kernel only
         n, hidden = 6, 3
         act, c_prev, tanh_c, dh, dc = (torch.randn(n, h) for h in (4 * hidden, hidden, hidden, hidden, hidden))
