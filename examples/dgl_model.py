@@ -1,6 +1,6 @@
 """A DGL GraphSAGE model (dgl.nn layers on DGL blocks), micro-batched by Cherry with automatic K.
 
-    python examples/dgl_model.py [--device-memory 3MiB]
+    python examples/dgl_model.py [--device-memory 2MiB]
 
 `cherry.compat.import_dgl()` is the one call that makes `import dgl` work with this torch (DGL's
 GraphBolt library is built for older torch releases); after it, `import dgl` works everywhere.
@@ -46,7 +46,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="synth-tiny")
     p.add_argument("--root", default=None)
-    p.add_argument("--device-memory", default="3MiB")
+    p.add_argument("--device-memory", default="2MiB")
     p.add_argument("--epochs", type=int, default=2)
     args = p.parse_args(argv)
 

@@ -1,6 +1,6 @@
 """Your own graph as arrays and your own GIN layer, trained exactly by Cherry with automatic K.
 
-    python examples/own_arrays_gin.py [--device-memory 4MiB]
+    python examples/own_arrays_gin.py [--device-memory 2MiB]
 
 Steps: build a `Dataset` from numpy arrays (`Dataset.from_arrays`), register it by name, write a layer
 to Cherry's layer contract (a module called as layer(block, h) returning the destination rows, using
@@ -53,7 +53,7 @@ def main(argv=None) -> dict:
     from cherry.spec import make_spec
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device-memory", default="4MiB")
+    p.add_argument("--device-memory", default="2MiB")
     p.add_argument("--epochs", type=int, default=3)
     args = p.parse_args(argv)
 

@@ -1,6 +1,6 @@
 """A PyG GraphSAGE model (per-hop bipartite form), micro-batched by Cherry with automatic K.
 
-    python examples/pyg_model.py [--device-memory 3MiB]
+    python examples/pyg_model.py [--device-memory 2MiB]
 
 The model is written as in PyG's NeighborSampler examples: forward(x, adjs) with one
 (edge_index, e_id, size) per hop, input hop first, targets the first size[1] rows of x.
@@ -39,7 +39,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="synth-tiny")
     p.add_argument("--root", default=None)
-    p.add_argument("--device-memory", default="3MiB")
+    p.add_argument("--device-memory", default="2MiB")
     p.add_argument("--epochs", type=int, default=2)
     args = p.parse_args(argv)
 

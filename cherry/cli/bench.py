@@ -76,7 +76,7 @@ def _register_kernels(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=positive_int, default=None, help="intra-op threads (default: torch's setting)")
     p.add_argument("--profile", action="store_true",
                    help="after the table, a torch.profiler table of one fwd+bwd per model and system")
-    p.add_argument("--json", default=None, metavar="OUT")
+    add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("kernels"))
 
 
@@ -142,7 +142,7 @@ def _register_exactness(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--microbatches", type=positive_int, default=8, help="the run's fixed K (checked against K + 1)")
     p.add_argument("--round", type=positive_int, default=5, help="steps per round (a run, for the interval)")
     p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument("--json", default=None, metavar="OUT")
+    add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("exactness"))
 
 

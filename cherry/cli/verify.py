@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from cherry.bench.verify_record import VerifyRecord
+from cherry.outputs import add_output
 from cherry.cli.options import add_cherry_option, add_ordering_option, add_spec_options, spec_from_args
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_ordering_option(p)
     add_cherry_option(p, "recompute")  # on: the K-micro-batch gradient recomputed layer by layer
     p.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed relative difference")
-    p.add_argument("--json", default=None, metavar="FILE",
+    add_output(p, "--json", default=None, metavar="FILE",
                    help="also write the result as JSON (workflow/schemas/verify.schema.yaml)")
     p.set_defaults(func=run, _parser=p)
 

@@ -21,6 +21,7 @@ remedy. Cost: about one more forward and backward of the batch, on the checked s
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -65,20 +66,26 @@ class PartitionCheck:
 
     @property
     def max_rel_diff(self) -> float:
-        return max((d.max_rel_diff for d in self.differences), default=0.0)
+        """The largest relative difference; NaN where any parameter's is (a NaN never passes)."""
+        values = [d.max_rel_diff for d in self.differences]
+        return math.nan if any(math.isnan(v) for v in values) else max(values, default=0.0)
 
     @property
     def ok(self) -> bool:
-        return bool(self.skipped) or self.max_rel_diff <= self.tolerance
+        return bool(self.skipped) or self.max_rel_diff <= self.tolerance  # NaN compares False: not ok
 
     def describe(self) -> str:
         """One line: what was compared and the largest difference (or why it was skipped)."""
         if self.skipped:
             return f"partition check skipped: {self.skipped}"
-        worst = max(self.differences, key=lambda d: d.max_rel_diff)
+        worst = max(self.differences, key=_severity)
         return (f"K={self.first_k}{' (recomputed)' if self.first_recompute else ''} against "
                 f"K={self.second_k}{' (recomputed)' if self.second_recompute else ''} on {self.num_seeds} seeds: "
                 f"largest relative gradient difference {worst.max_rel_diff:.3g} ({worst.name})")
+
+
+def _severity(d: ParameterDifference) -> float:
+    return math.inf if math.isnan(d.max_rel_diff) else d.max_rel_diff
 
 
 _CAUSES = ("batch statistics (BatchNorm in training mode, centring or scaling by the batch's mean or norm), "
@@ -121,7 +128,9 @@ def check_step(executor, blocks, features: torch.Tensor, labels: torch.Tensor, s
     if isinstance(blocks, PlannedBatch):
         blocks = blocks.blocks
     base = dict(num_seeds=blocks.num_seeds, first_k=stats.num_microbatches, first_recompute=bool(stats.recompute))
-    choice = second_split(executor, blocks, stats.num_microbatches, bool(stats.recompute))
+    # a non-finite loss is the run's divergence to report (cherry.errors.check_loss), not a split's
+    choice = second_split(executor, blocks, stats.num_microbatches, bool(stats.recompute)) \
+        if math.isfinite(stats.loss) else f"the step's loss is {stats.loss}: nothing to compare"
     if isinstance(choice, str):
         return PartitionCheck(**base, second_k=stats.num_microbatches, second_recompute=bool(stats.recompute),
                               skipped=choice)
@@ -155,7 +164,7 @@ def _error(executor, check: PartitionCheck, blocks, features: torch.Tensor) -> E
     forward finds one (`check_functional`)."""
     from cherry.execution.exactness import ExactnessError, check_functional
 
-    worst = max(check.differences, key=lambda d: d.max_rel_diff)
+    worst = max(check.differences, key=_severity)
     cause: Optional[str] = None
     try:
         x = features.index_select(0, blocks.input_nodes.to(features.device)).to(executor.device)

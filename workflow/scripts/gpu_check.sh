@@ -200,7 +200,7 @@ E=( "${C[@]}" bench engine --dataset "$DATASET" --device "$DEVICE" --fanouts "$F
     --steps "$STEPS" --warmup "$WARMUP" )
 # ---- THE SECTIONS, in order: name, budget s (their sum stays under GPU_CHECK_BUDGET_S; docs/gpu.md has the
 # measured --on-cpu seconds), headline regex (its matching lines go to summary.txt), command. A new
-# section is one line here, e.g.  section bench-kernels 20 '^gat|Error' "${C[@]}" bench kernels --device "$DEVICE"
+# section is one line here (as bench-kernels below)
 # (taking its seconds from another's budget), plus its name in tests/unit/test_gpu_check.py's SECTIONS.
 section build         110 'extension:|error|JIT' bash -c build
 # a JIT build (setup.py failed) is what every later section must load too
@@ -214,9 +214,11 @@ section syncs          30 'syncs|K=|Error' "$PY" -m benchmarks.profile_syncs --d
   --json "$WORK/syncs.json"
 section engine-b1024   45 '^(mean|lstm) |ordering|Error' "${E[@]}" --aggrs "$AGGRS" --ks "$KS" --batch-size "$B_SMALL" \
   --json "$WORK/engine-b1024.json"
-section gpu-tests-1    80 'passed|failed|skipped|error' bash -c 'gpu_tests 1'
-section gpu-tests-2    80 'passed|failed|skipped|error' bash -c 'gpu_tests 2'
-section memory-wall    60 '^wall|Error' bash -c memory_wall
+section gpu-tests-1    70 'passed|failed|skipped|error' bash -c 'gpu_tests 1'
+section gpu-tests-2    70 'passed|failed|skipped|error' bash -c 'gpu_tests 2'
+section memory-wall    50 '^wall|Error' bash -c memory_wall
+section bench-kernels  30 '^ *(sage|gcn|gat)|Error' "${C[@]}" bench kernels --device "$DEVICE" --dataset "$DATASET" \
+  --batch-size "$B_SMALL" --fanouts "$FANOUTS" --hidden "$HIDDEN" --steps 2 --repeats 2
 section engine-b65536  50 '^(mean|lstm) |Error' "${E[@]}" --aggrs mean --ks 8 --batch-size "$B_LARGE" \
   --json "$WORK/engine-b65536.json"
 exit $status
