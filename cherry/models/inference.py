@@ -12,6 +12,7 @@ host tensor (no concatenation, which would hold every row twice).
 from __future__ import annotations
 
 import gc
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional
 
 import torch
@@ -49,6 +50,14 @@ def layerwise_inference(model: torch.nn.Module, graph: Graph, features: torch.Te
         model.train(was_training)
 
 
+def _host_rows(n: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+    """The host buffer of one layer's rows for every node. Host memory, not the device's: allocated on a
+    short-lived thread, so that an emulated device (whose tensor tracker counts the calling thread's
+    tensors) counts it as a GPU would, not at all; only each chunk's rows are the device's."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(torch.empty, (n, width), dtype=dtype).result()
+
+
 def _infer_layer(model: torch.nn.Module, layer: int, sampler: NeighborSampler, h: torch.Tensor, n: int,
                  size: int, device) -> torch.Tensor:
     """Layer ``layer`` of every node from ``h``, ``size`` destinations per chunk, halving the size at
@@ -74,7 +83,7 @@ def _infer_layer(model: torch.nn.Module, layer: int, sampler: NeighborSampler, h
             size = max(1, size // 2)
             continue
         if out is None:
-            out = torch.empty((n, rows.shape[1]), dtype=rows.dtype)
+            out = _host_rows(n, rows.shape[1], rows.dtype)
         out[start:end] = rows
         start = end
         del rows, block, x

@@ -57,5 +57,7 @@ def test_amazon_photo_auto_k_under_a_cap_equals_k1_and_matches_stock_dgl(tmp_pat
         pytest.skip(f"stock DGL is not importable here: {reason}")
     stock = _record(tmp_path, "dgl", system="dgl", **settings)
     assert stock["test_acc"] > 0.8, stock["test_acc"]  # it learned: 8 classes, the largest a quarter
+    # DGL's parallel sampler is not reproducible run to run even when seeded (its test accuracy here moved
+    # from 0.849 to 0.884 between identical runs), so agreement with it is held to 4 points, not 2
     for record in (k1, auto):
-        assert abs(record["test_acc"] - stock["test_acc"]) <= 0.02, (record["test_acc"], stock["test_acc"])
+        assert abs(record["test_acc"] - stock["test_acc"]) <= 0.04, (record["test_acc"], stock["test_acc"])
