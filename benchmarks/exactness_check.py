@@ -13,7 +13,10 @@ import time
 
 import torch
 
+from benchmarks.threads import keeps_threads
 
+
+@keeps_threads
 def run(args) -> int:
     from cherry.data import load_dataset
     from cherry.execution import Trainer

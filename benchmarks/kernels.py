@@ -28,6 +28,8 @@ from typing import Callable
 import torch
 from torch.nn import functional as F
 
+from benchmarks.threads import keeps_threads
+
 MODELS = ("sage-mean", "sage-pool", "sage-lstm", "gcn", "gat")
 SYSTEMS = ("cherry", "dgl", "pyg")
 TARGET_RATIO = 1.1
@@ -246,15 +248,8 @@ def _row(model: str, results: list[Measured], c: dict) -> str:
             f"{c['peak_verdict']} | {time_text} vs {c['faster']}: {c['time_verdict']} |")
 
 
+@keeps_threads
 def run(args: argparse.Namespace) -> int:
-    threads_before = torch.get_num_threads()
-    try:
-        return _run(args)
-    finally:
-        torch.set_num_threads(threads_before)  # a caller in the same process keeps its setting
-
-
-def _run(args: argparse.Namespace) -> int:
     from cherry.ops import extension_status
 
     from cherry.io import check_writable

@@ -23,6 +23,8 @@ from typing import Callable
 
 import torch
 
+from benchmarks.threads import keeps_threads
+
 
 TARGET_SAMPLER_SPEEDUP = 1.0
 TARGET_SLICE_SPEEDUP = 10.0
@@ -140,15 +142,8 @@ def _load(args, generator: torch.Generator):
     return graph, seeds, label
 
 
+@keeps_threads
 def run(args: argparse.Namespace) -> int:
-    threads_before = torch.get_num_threads()
-    try:
-        return _run(args)
-    finally:
-        torch.set_num_threads(threads_before)  # a caller in the same process keeps its setting
-
-
-def _run(args: argparse.Namespace) -> int:
     from cherry.compat.dgl import dgl_graph
     from cherry.compat import dgl_available, import_dgl, pyg_sampling_available
     from cherry.ops import csr_aggregate, extension_status
