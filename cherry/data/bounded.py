@@ -15,7 +15,7 @@ one block of rows (`READ_ROWS` CSV rows, or one bucket of edges). Everything els
 Arrays are written with plain sequential file writes, not through memory maps: pages of a mapped
 file count as the writer's resident memory, while written pages sit in the page cache, which the
 kernel can drop. The files are ordinary ``.npy`` files, byte for byte what ``np.save`` writes for the
-same array, so `cherry.data.cache` checksums and loads them as before. Checks are those of
+same array, so `cherry.data.cache` checksums and loads them like any other. Checks are those of
 `cherry.data.checks`, applied per block where the data streams (ids in range, finite features, the
 declared edge count) and whole on the per-node vectors.
 """
