@@ -4,7 +4,7 @@ On Amazon-Photo (``../shared/graphs/amazon_photo.npz``, 745 features; GCN, hidde
 fanouts all neighbours, one batch of 20 training seeds per class drawn with ``--seed``) one optimizer
 step at K = 1 runs under the emulated device tracker (`cherry.memory.DeviceMemory` on the CPU) with
 input dropout 0 and ``--p``, for each way of applying the exact mask:
-- ``legacy``: the mask materialised as before the native op (`dropout_keep`: int64 hash words and
+- ``legacy``: the mask materialised in full (`dropout_keep`: int64 hash words and
   temporaries of shape [rows, width], then a float mask that autograd keeps);
 - ``reference``: `cherry.ops.node_dropout`'s chunked PyTorch reference (the fallback without the extension);
 - ``native``: the extension's kernel (when it is in use).

@@ -7,13 +7,13 @@ a traceback (`classify` maps each exception class):
     2  bad input: ValueError, TypeError, FileNotFoundError (the message names the value or file); an
        ImportError or SyntaxError (a ``$CHERRY_PLUGINS`` module that is missing, raises or does not
        parse; a missing optional package); a number too large for its type (OverflowError, torch's
-       "value cannot be converted ... without overflow")
-    3  out of device memory: torch.OutOfMemoryError that the command did not turn into a result
-    4  training diverged: `LossDiverged` (the loss became NaN or infinite; the step is named)
+       "value cannot be converted ... without overflow").
+    3  out of device memory: torch.OutOfMemoryError that the command did not turn into a result.
+    4  training diverged: `LossDiverged` (the loss became NaN or infinite; the step is named).
     1  an environment fault: any other OSError (disk full, permission, not a directory; the path is
        named), RecursionError (an input nested too deeply), MemoryError or an allocator error (host
-       memory exhausted, at import too: enter the boundary first); a result that could not be written
-       is kept elsewhere (`write_json_keeping`)
+       memory exhausted, at import too: enter the boundary first). A result that could not be
+       written is kept elsewhere (`write_json_keeping`).
     1  anything else (a KeyError, IndexError, ... escaping a reader): a bug, one line
        ``internal error: <class>: <message> (at <file>:<line> in <function>)``; with
        ``$CHERRY_TRACEBACK`` set, its traceback instead

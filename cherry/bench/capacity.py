@@ -5,10 +5,10 @@ Doubling from ``start`` (capped at ``limit``, the training set) while batches fi
 not fit, halving down to ``lowest`` (1, or a fixed K: a batch needs at least one seed per micro-batch). Then bisection between the largest fitting and the smallest failing
 batch probed, until ``hi / lo <= ratio_tolerance`` or ``hi - lo <= seed_tolerance``.
 
-Invariants, for a monotone ``fits`` (a batch fits whenever a larger one does): every batch is probed
-at most once and lies in ``[lowest, limit]``; ``largest_fit`` was probed and fitted, ``smallest_oom`` was probed and failed, and no
-fitting probe lies above a failing one; ``largest_fit < smallest_oom`` within the tolerance; if the
-limit fits, ``largest_fit == limit`` and ``smallest_oom`` is None; if not even ``lowest`` fits,
+Invariants, for a monotone ``fits`` (a batch fits whenever a larger one does). Every batch is probed
+at most once and lies in ``[lowest, limit]``. ``largest_fit`` was probed and fitted, ``smallest_oom`` was probed and failed, and no
+fitting probe lies above a failing one. ``largest_fit < smallest_oom`` within the tolerance. If the
+limit fits, ``largest_fit == limit`` and ``smallest_oom`` is None. If not even ``lowest`` fits,
 ``largest_fit`` is None. A non-monotone ``fits`` (noise) still ends; the result then is the largest fitting batch below
 the smallest failing one. ``fits`` may raise to abort the search (the exception propagates).
 

@@ -4,9 +4,9 @@
 inside another, the outer one stops accumulating until the inner one closes, so the phases of a step
 never add up to more than its total; the remainder is reported as ``other``. On the CPU a phase edge
 reads ``time.perf_counter``. On CUDA it records a timing event on the calling thread's current stream
-(no host wait), and the step's edges are resolved into seconds once, at `TimingProbe.end_step`, after
-one wait for the step's last event: a phase is charged with the stream time between its edges (the
-kernels it launched, and any idle gap while the host worked), the side-stream preparation keeps
+(no host wait). The step's edges are resolved into seconds once, at `TimingProbe.end_step`, after
+one wait for the step's last event. A phase is charged with the stream time between its edges (the
+kernels it launched, and any idle gap while the host worked). So the side-stream preparation keeps
 overlapping compute, and there is one synchronisation per step instead of one per phase edge.
 
 `RunPeakMemory` wraps a `cherry.memory.DeviceMemory` for the systems: engines reset the peak around

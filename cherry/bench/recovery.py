@@ -4,14 +4,14 @@ Two faults a plain rerun of Snakemake cannot get past by itself (the third, outp
 running at the kill, is `rerun-incomplete` in profiles/default):
 - a stale lock: `kill -9` of Snakemake leaves `.snakemake/locks/*` behind and the next run stops with
   "Directory cannot be locked". `release_stale_lock` removes it only when the Snakemake that took it
-  is provably gone: it was started on this host (`claim_lock` wrote its host, pid and start time),
-  that process no longer exists, and no other Snakemake process works in this directory (a process
-  that is itself a Snakemake, `runs_snakemake`: a rerun under `timeout` or `sh -c` is not blocked by
-  its own wrapper, whose arguments mention snakemake).
-- a corrupt record (truncated, not JSON, failing the record schema, or holding another run than its
-  file names: a ``run_id`` that differs from the file's, whose hash covers the spec) is a finished output to
-  Snakemake, so the aggregation fails on it forever (and deleting it would not help: Snakemake
-  regenerates a missing intermediate file only when a job downstream must run anyway).
+  is provably gone. That is: it was started on this host (`claim_lock` wrote its host, pid and start
+  time), that process no longer exists, and no other Snakemake process works in this directory. Only
+  a process that is itself a Snakemake counts (`runs_snakemake`), so a rerun under `timeout` or
+  `sh -c` is not blocked by its own wrapper, whose arguments mention snakemake.
+- a corrupt record is a finished output to Snakemake, so the aggregation fails on it forever. It is
+  truncated, not JSON, fails the record schema, or holds another run than its file names (a
+  ``run_id`` that differs from the file's, whose hash covers the spec). Deleting it would not help:
+  Snakemake regenerates a missing intermediate file only when a job downstream must run anyway.
   `set_aside_corrupt_records` names each one in one line and moves it to `<record>.corrupt`; those
   files are inputs of the aggregation (`corrupt_copies`), whose changed set of inputs makes Snakemake
   rerun it, and so the run of the now missing record, which it needs.

@@ -1,20 +1,24 @@
 """``python -m cherry.bench.run --spec SPEC.json --out RECORD.json``: one benchmark run, one process.
 
-Order: validate the spec (a bad spec prints one line and exits 2, writing nothing); apply process-wide
-switches (``CHERRY_NO_EXT`` for cherry's ``native_ops: false``) before any op loads; seed; load the
-dataset; run the system's once-per-dataset preprocessing; enter the device memory (emulated capacity
-on a CPU, allocator cap on a GPU, plus NVML sampling on a GPU); build the system; run ``warmup +
-steps`` optimizer steps on consecutive mini-batches of shuffled training seeds (or ``epochs`` whole
-epochs, evaluating after each); evaluate; write the record.
+Order:
+- validate the spec (a bad spec prints one line and exits 2, writing nothing);
+- apply process-wide switches (``CHERRY_NO_EXT`` for cherry's ``native_ops: false``) before any op
+  loads; seed; load the dataset; run the system's once-per-dataset preprocessing;
+- enter the device memory (emulated capacity on a CPU, allocator cap on a GPU, plus NVML sampling on
+  a GPU); build the system;
+- run ``warmup + steps`` optimizer steps on consecutive mini-batches of shuffled training seeds (or
+  ``epochs`` whole epochs, evaluating after each); evaluate; write the record.
 
 Outcomes (the record is written in every case but a bad spec):
-  ok, oom (torch.OutOfMemoryError or a budget too small for one seed), timeout (``timeout_s`` since
-  dataset loading, checked between steps and by SIGALRM inside a step), skipped (`SystemUnavailable`,
-  no CUDA, "auto" K for a system that cannot choose it), diverged (a step's loss became NaN or
-  infinite; the reason names the step) -> exit 0; an environment fault (`cherry.errors.fault_line`:
-  disk full, permission, host memory) -> status error with its one line, exit 1; any other exception
-  -> status error with a one-line reason, traceback on stderr, exit 1. A record that cannot be written
-  after the run is kept elsewhere, and one line says where (exit 1).
+- exit 0: ok; oom (torch.OutOfMemoryError or a budget too small for one seed); timeout
+  (``timeout_s`` since dataset loading, checked between steps and by SIGALRM inside a step); skipped
+  (`SystemUnavailable`, no CUDA, "auto" K for a system that cannot choose it); diverged (a step's
+  loss became NaN or infinite; the reason names the step).
+- exit 1: an environment fault (`cherry.errors.fault_line`: disk full, permission, host memory) gives
+  status error with its one line. Any other exception gives status error with a one-line reason and
+  the traceback on stderr.
+
+A record that cannot be written after the run is kept elsewhere, and one line says where (exit 1).
 """
 from __future__ import annotations
 

@@ -4,18 +4,18 @@ What is held at once: the per-node vectors (labels, the split, ``indptr``: a few
 one block of rows (`READ_ROWS` CSV rows, or one bucket of edges). Everything else streams:
 
 - features are parsed `READ_ROWS` rows at a time and appended to ``features.npy`` (header first);
-- the CSC graph is built by a two-pass counting sort on disk: pass 1 reads the edge CSV in blocks
+- the CSC graph is built by a two-pass counting sort on disk. Pass 1 reads the edge CSV in blocks
   (adding each edge's reverse right after it, as OGB's ``add_inverse_edge`` does, or both directions
-  for a symmetrised graph) and appends each ``(src, dst)`` pair to the bucket file of its
-  destination's node range (about `BUCKET_ENTRIES` entries per bucket); pass 2 takes the buckets in
-  node order, sorts each by destination (stable, so in-neighbours keep edge-list order, exactly as
-  `cherry.data.graph.Graph.from_edges`; or sorted and deduplicated when symmetrising) and appends it
-  to ``indices.npy``, filling ``indptr`` as it goes.
+  for a symmetrised graph). It appends each ``(src, dst)`` pair to the bucket file of its
+  destination's node range (about `BUCKET_ENTRIES` entries per bucket). Pass 2 takes the buckets in
+  node order and sorts each by destination: stable, so in-neighbours keep edge-list order, exactly as
+  `cherry.data.graph.Graph.from_edges` (or sorted and deduplicated when symmetrising). It appends each
+  bucket to ``indices.npy``, filling ``indptr`` as it goes.
 
 Arrays are written with plain sequential file writes, not through memory maps: pages of a mapped
 file count as the writer's resident memory, while written pages sit in the page cache, which the
 kernel can drop. The files are ordinary ``.npy`` files, byte for byte what ``np.save`` writes for the
-same array, so `cherry.data.cache` checksums and loads them as before. Checks are those of
+same array, so `cherry.data.cache` checksums and loads them like any other. Checks are those of
 `cherry.data.checks`, applied per block where the data streams (ids in range, finite features, the
 declared edge count) and whole on the per-node vectors.
 """

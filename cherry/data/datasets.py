@@ -4,12 +4,13 @@ Flow for a generated name: generate -> write OGB's CSV layout -> read it back in
 CSC graph on disk (`cherry.data.bounded`, bounded memory; a ``chunked`` spec is also generated in
 bounded memory) -> `.npy` cache, all inside a temporary directory renamed into ``<root>/<dir_name>`` at the
 end, so an interruption leaves nothing half-written. For a real OGB name the user's files in
-``<root>/<ogbn_name>`` are checked first (a missing file is a one-line FileNotFoundError naming the
-directory; nothing is downloaded, nothing prompts) and converted into ``<root>/<ogbn_name>/cherry``:
-ogbn-arxiv's and ogbn-products' raw CSV files, when all present, by `cherry.data.bounded` in bounded
-memory without OGB's loader, and ogbn-papers100M's raw npz files by `cherry.data.ogb_dir` (streamed,
-`cherry.data.npz_stream`) when `real_npz_streamable` (the same cache bytes, tested); otherwise (only
-OGB's ``processed/`` file, or declared counts OGB would slice to) read whole with OGB's loader. Every graph is stored undirected: generated and ogbn-products edges get
+``<root>/<ogbn_name>`` are checked first: a missing file is a one-line FileNotFoundError naming the
+directory, and nothing is downloaded or prompts. They are converted into ``<root>/<ogbn_name>/cherry``.
+Ogbn-arxiv's and ogbn-products' raw CSV files, when all present, go through `cherry.data.bounded` in
+bounded memory without OGB's loader. Ogbn-papers100M's raw npz files go through `cherry.data.ogb_dir`
+(streamed, `cherry.data.npz_stream`) when `real_npz_streamable` (the same cache bytes, tested).
+Anything else (only OGB's ``processed/`` file, or declared counts OGB would slice to) is read whole
+with OGB's loader. Every graph is stored undirected: generated and ogbn-products edges get
 their reverses from OGB (``add_inverse_edge``); ogbn-arxiv and ogbn-papers100M are symmetrised here,
 as the OGB reference models do.
 

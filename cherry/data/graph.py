@@ -103,11 +103,12 @@ class Graph:
 class Dataset:
     """A node-classification dataset: graph, float32 features, int64 labels and the split.
 
-    Invariants: ``features`` is ``[num_nodes, feature_dim]`` float32 (possibly memory-mapped),
+    Invariants: ``features`` is ``[num_nodes, feature_dim]`` float32 (possibly memory-mapped).
     ``labels`` is ``[num_nodes]`` int64 with values in ``[0, num_classes)`` for labelled nodes and
-    -1 for unlabelled ones, split index tensors are int64 node ids in range, distinct, pairwise
-    disjoint and labelled, with a non-empty train split (checked here by `cherry.data.checks`, O(nodes);
-    finiteness of the features is checked where they are read, not on every construction).
+    -1 for unlabelled ones. Split index tensors are int64 node ids in range, distinct, pairwise
+    disjoint and labelled, with a non-empty train split. These are checked here by
+    `cherry.data.checks`, O(nodes); finiteness of the features is checked where they are read, not on
+    every construction.
     """
 
     name: str

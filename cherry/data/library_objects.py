@@ -1,7 +1,7 @@
 """A `Dataset` from the objects users load data with: a PyG ``Data`` or a DGL graph.
 
 Both routes end in `cherry.data.arrays.dataset_from_arrays`, so an object is validated exactly as
-arrays are (ids in range, finite features, one label per node, disjoint labelled splits); what is
+arrays are (ids in range, finite features, one label per node, disjoint labelled splits). What is
 checked here first is the object's own shape: which fields it has, masks that are boolean and one
 per node, one label per node (a ``[N, 1]`` label column is accepted, a multi-label ``[N, C]`` is not).
 

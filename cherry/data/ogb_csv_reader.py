@@ -1,9 +1,9 @@
 """Read a homogeneous CSV dataset in OGB's layout without the ``ogb`` package (where it is absent).
 
 `CsvLayoutDataset` stands in for ``ogb.nodeproppred.NodePropPredDataset`` built from a ``meta_dict``
-(the way generated datasets are read): the same files, parsed the same way (pandas, no header, gzip),
-the same dtype rules (features int64 if pandas reads integers, else float32; labels as parsed), the
-same interleaved reverse edges when ``add_inverse_edge`` (edge ``i`` at column ``2i``, its reverse at
+(the way generated datasets are read). It reads the same files, parsed the same way (pandas, no
+header, gzip), with the same dtype rules (features int64 if pandas reads integers, else float32;
+labels as parsed). It gives the same interleaved reverse edges when ``add_inverse_edge`` (edge ``i`` at column ``2i``, its reverse at
 ``2i + 1``) and the same split files. So `cherry.data.ogb_io.read_ogb` hands identical arrays to the
 same checks with or without OGB, and a cache prepared either way has the same bytes (tested). Unlike
 OGB it writes no ``processed/data_processed`` file, never prompts and never downloads. Binary

@@ -10,9 +10,9 @@ captured (the data layer never prints). OGB's loader unpickles its cached ``proc
 and while it runs its ``torch.load`` is `cherry.safe_load.load_arrays` (tensors and numeric numpy
 arrays only), so a crafted file is refused in one line and runs no code.
 
-What OGB's loader lets through is checked here: a file it cannot read (truncated or corrupt gzip,
-unparsable CSV) is named in a one-line ValueError (found by re-reading each input file only after
-the loader failed, so a good dataset pays nothing), and the arrays it returns must pass
+What OGB's loader lets through is checked here. A file it cannot read (truncated or corrupt gzip,
+unparsable CSV) is named in a one-line ValueError. It is found by re-reading each input file only
+after the loader failed, so a good dataset pays nothing. The arrays the loader returns must pass
 `cherry.data.checks` (one feature row and label per node, the declared edge count, finite features,
 labels in range, disjoint in-range splits), since OGB silently slices a short file.
 

@@ -7,9 +7,9 @@ float32 features that are multiples of 1/16 in [-9.9375, 9.9375] (exact in decim
 float32, so they survive the OGB CSV round trip bit for bit) and a random disjoint split.
 
 Why this model: node weights drawn from a power law give a heavy-tailed degree distribution
-(Chung-Lu); drawing an edge's far end inside its source's class with a per-node probability (Beta
-distributed, mean ``homophily``) and otherwise inside the node's "partner" class makes labels
-homophilous yet leaves some nodes with misleading neighbourhoods; features are a weak class centroid
+(Chung-Lu). An edge's far end is drawn inside its source's class with a per-node probability (Beta
+distributed, mean ``homophily``) and otherwise inside the node's "partner" class. That makes labels
+homophilous yet leaves some nodes with misleading neighbourhoods. Features are a weak class centroid
 plus noise, so a features-only classifier is mediocre and averaging over (mostly same-class)
 neighbours lifts it, as on ogbn-arxiv and -products.
 """

@@ -1,10 +1,10 @@
 """Checks of data-parallel training against one process: the first step's gradient and equal parameters.
 
-"Equal" means: the gradient of the first step of an N-rank job (each rank: its share of the batch,
-its own K, micro-batched; then the scaled all-reduce) against the gradient one process computes with
-K = 1 on the whole logical batch, from the same initial weights and the same sampled neighbours (the
-sampling draws depend on (layer seed, node) only, so splitting the batch across ranks does not change
-any node's neighbours; see `cherry.execution.distributed`). Only the float summation order differs,
+"Equal" compares the gradient of the first step of an N-rank job (each rank: its share of the
+batch, its own K, micro-batched; then the scaled all-reduce) with the gradient one process computes
+with K = 1 on the whole logical batch. Both start from the same initial weights and the same sampled
+neighbours. The sampling draws depend on (layer seed, node) only, so splitting the batch across ranks
+does not change any node's neighbours (see `cherry.execution.distributed`). Only the float summation order differs,
 so the relative difference (max |g_N - g_1| / max |g_1| per parameter) is a few float32 ulps.
 Dropout must be 0 (masks differ per rank).
 

@@ -318,6 +318,8 @@ class MicrobatchExecutor:
 
     def _add(self, grads, loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor, totals: _Totals) -> None:
         """Add one micro-batch's gradients (one fused launch), loss and correct count to the step's."""
+        # ``pairs`` dies with this call, and the gradients with it: the next micro-batch's window holds one
+        # set of gradients (the transient set the memory model's fixed part prices), not two
         with torch.no_grad():
             pairs = [(acc, g) for acc, g in zip(self._accumulators, grads) if g is not None]
             if pairs:

@@ -1,9 +1,9 @@
 """Evaluation under the training budget: layer-wise inference with chunk sizes from the memory model.
 
-One budget covers the whole run: the first chunk size of each layer is the largest power of two
-whose one-layer chunk the (calibrated) training memory model says fits the budget (training prices
-what backward keeps, so it over-covers a no-grad forward); an out-of-memory inside the capacity then
-halves the chunk and continues (`cherry.models.inference`), so a run that trained under
+One budget covers the whole run. The first chunk size of each layer is the largest power of two
+whose one-layer chunk the (calibrated) training memory model says fits the budget. Training prices
+what backward keeps, so it over-covers a no-grad forward. An out-of-memory inside the capacity then
+halves the chunk and continues (`cherry.models.inference`). So a run that trained under
 ``--device-memory`` also evaluates under it.
 """
 from __future__ import annotations

@@ -3,9 +3,9 @@
 The analytic memory model (`cherry.planning.memory_model`) knows Cherry's own layers. For a model it
 cannot price (a registered layer, a whole-model module, a DGL or PyG model) `probe_costs` runs one
 forward + backward (no optimizer step, no gradient kept) on each of a few probe batches of different
-shapes, sampled from the training seeds with a generator of their own (the run's random streams are
-untouched), and measures the peak bytes each one allocates (the tensor tracker on the CPU, the
-allocator's peak on a GPU). A batch's activation bytes are modelled as ``a * nodes + b * edges``
+shapes. The probes are sampled from the training seeds with a generator of their own (the run's
+random streams are untouched). It measures the peak bytes each one allocates (the tensor tracker on
+the CPU, the allocator's peak on a GPU). A batch's activation bytes are modelled as ``a * nodes + b * edges``
 (``nodes`` = sources + destinations over all layers, ``edges`` = edges over all layers); the probes
 differ in seed count and fanout, so their node/edge ratios differ and ``a`` and ``b`` are
 identifiable; the non-negative least-squares fit becomes every layer's `LayerCost`.

@@ -6,12 +6,12 @@
 - option ``feature_cache`` "none" or "all": as asked (a forced "all" that does not fit is the run's
   out-of-memory, as on a real device);
 - no budget (a CPU without ``--device-memory``): "none", there is nothing to fit a cache in;
-- "auto": the candidate cache sizes are priced on the run's own first mini-batch (sampled with a copy
-  of the run's sampling generator, so the run's batches are unchanged): K and the largest micro-batch
-  estimate from the executor's planner (its contiguous split, unrefined) with the cache (rows plus its
-  8-byte-per-row slot index) counted as fixed bytes, the misses from that batch's distinct input rows;
-  only the sizes that could win are planned (`price_candidates`); the cheapest pair that fits wins
-  (`choose_residency`).
+- "auto": the candidate cache sizes are priced on the run's own first mini-batch, sampled with a copy
+  of the run's sampling generator, so the run's batches are unchanged. K and the largest micro-batch
+  estimate come from the executor's planner (its contiguous split, unrefined), with the cache (rows
+  plus its 8-byte-per-row slot index) counted as fixed bytes. The misses come from that batch's
+  distinct input rows. Only the sizes that could win are planned (`price_candidates`); the cheapest
+  pair that fits wins (`choose_residency`).
 
 Returns the `ResidencyPlan` and the `FeatureCache` to hand to the executor (None: no cache).
 """

@@ -3,11 +3,13 @@
 It owns what moves data for the executor: the side stream (preparation of micro-batch k + 1 while k
 computes), the pinned host buffers, the device feature cache, and the traffic counts.
 
-Stream order, without a host wait anywhere: the side stream waits (an event) for the compute stream
-before it first reads a step's inputs (labels, staged rows and device-built blocks are written
-there); side-stream tensors are handed to the compute stream with an event wait and
-``record_stream``; after an out-of-memory the compute stream waits for the side stream before
-anything is freed. Index buffers of every micro-batch go to the device in one pinned copy per step.
+Stream order, without a host wait anywhere:
+- the side stream waits (an event) for the compute stream before it first reads a step's inputs
+  (labels, staged rows and device-built blocks are written there);
+- side-stream tensors are handed to the compute stream with an event wait and ``record_stream``;
+- after an out-of-memory the compute stream waits for the side stream before anything is freed.
+
+Index buffers of every micro-batch go to the device in one pinned copy per step.
 
 Traffic counts follow the GPU's staging rule on every device, from host index tensors only, so a
 CPU run counts the bytes a GPU run of the same budget moves.
@@ -117,9 +119,9 @@ class Staging:
 
     def to_device(self, parts: list[Blocks], num_seeds: int) -> list[Blocks]:
         """All micro-batches' index buffers to the device in one pinned copy (on the side stream,
-        ahead of the preparations that read them); on the CPU the blocks themselves, counted on an
-        emulated device as a GPU holds them: all of them, from now until the step ends (counted one
-        micro-batch at a time, the first micro-batches would measure below what the plan priced).
+        ahead of the preparations that read them). On the CPU, the blocks themselves. An emulated
+        device counts them as a GPU holds them: all of them, from now until the step ends. Counted one
+        micro-batch at a time, the first micro-batches would measure below what the plan priced.
         Buffers that do not fit are a `BudgetTooSmallError` (a finer K holds more of them, not fewer)."""
         try:
             if self.side_stream is None:

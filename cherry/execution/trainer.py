@@ -15,12 +15,12 @@ Determinism: initial weights come from ``torch.manual_seed(spec.seed)``; batches
 samples from generators derived from ``spec.seed``. The loader samples and plans batch ``i + 1`` on a
 background thread while step ``i`` computes, in order, so same seed, same batches, same losses.
 
-Construction placement (`cherry.sampling.placement`), chosen once and kept in ``Trainer.construction``:
-on CUDA, when the graph with its features and labels fits in the device's free memory (under a
-``--device-memory`` cap: what the cap leaves) with half of it to spare, they live on the device, so
-sampling and slicing run the CUDA kernels and feature rows are gathered there (their bytes count as
-fixed in the memory model); otherwise the graph is pinned on the host and each step's micro-batches
-go over in one pinned copy. On a CPU nothing moves (``host``). Evaluation always reads the host
+Construction placement (`cherry.sampling.placement`) is chosen once and kept in
+``Trainer.construction``. On CUDA, the graph with its features and labels lives on the device when
+it fits in the device's free memory with half of it to spare (under a ``--device-memory`` cap: what
+the cap leaves). Then sampling and slicing run the CUDA kernels and feature rows are gathered there
+(their bytes count as fixed in the memory model). Otherwise the graph is pinned on the host and each
+step's micro-batches go over in one pinned copy. On a CPU nothing moves (``host``). Evaluation always reads the host
 dataset. Data-parallel ranks keep the host graph (their step reads the host dataset).
 """
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Host-to-device transfer of a step's micro-batches: one pinned copy of every index buffer, and
 feature rows gathered straight into reused pinned buffers.
 
-`blocks_to_device(parts, device)`: every index tensor of every micro-batch (sources, CSC, input
-positions and the degree layouts the blocks carry: only models that read them get them, see
-`cherry.sampling.sampler`) is concatenated into one pinned host buffer and copied with one
-non-blocking transfer on the current stream; the returned blocks are views of that one device buffer
+`blocks_to_device(parts, device)`: every index tensor of every micro-batch is concatenated into one
+pinned host buffer and copied with one non-blocking transfer on the current stream. That is the
+sources, CSC, input positions and the degree layouts the blocks carry (only models that read them
+get them, see `cherry.sampling.sampler`). The returned blocks are views of that one device buffer
 (trusted: they are copies of valid blocks). The layouts' ``batch_sizes`` stay on the host.
 
 `PinnedRows.gather(features, nodes, device)`: ``features[nodes]`` written into a pinned buffer kept

@@ -3,8 +3,8 @@
 A plain ``nn.Dropout`` draws a fresh mask per call, so a node's row gets a different mask in each
 micro-batch that holds it and the accumulated gradient is no longer the whole batch's. `ExactDropout`
 draws the mask of a row from the row's global node id (`cherry.models.dropout.apply_dropout`), like
-`NodeDropout`, but finds the ids itself: whoever runs a layer on a block (`BlockModel`, the DGL and
-PyG adapters) enters `node_rows(block, layer)`, and a tensor of ``R`` rows is taken to hold the rows
+`NodeDropout`, but finds the ids itself. Whoever runs a layer on a block (`BlockModel`, the DGL and
+PyG adapters) enters `node_rows(block, layer)`. A tensor of ``R`` rows is taken to hold the rows
 of ``block.src_nodes[:R]`` when ``R`` is the block's source or destination count (destinations are a
 prefix of the sources, so both cases agree). Any other row count (edges, say) is not node rows: a
 one-line ValueError. The k-th dropout call inside a layer gets masks of its own (seeded by layer and

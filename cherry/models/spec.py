@@ -79,11 +79,11 @@ class ModelSpec:
     - ``input_dropout``: probability in ``[0, 1)``, applied to the input features (exact: per node id).
     - ``model`` may also be a name registered with `cherry.models.register_model`; the memory model
       prices such a layer like a SAGE-mean layer of its widths until the run calibrates it.
-    - ``lstm_impl``: how the SAGE-LSTM aggregator runs (ignored by other models): ``"packed"`` (one
-      packed-sequence LSTM call per layer, destinations sorted by degree, no host sync),
-      ``"bucketed"`` (one call per distinct in-degree; reads degrees back), ``"steps"`` (an explicit
-      loop of ``max degree`` steps, one GEMM for all input projections, `cherry.models.lstm_steps`)
-      or ``"auto"`` (the default: the fastest measured on the device, `AUTO_LSTM_IMPL`: packed on a
+    - ``lstm_impl``: how the SAGE-LSTM aggregator runs (ignored by other models). ``"packed"``: one
+      packed-sequence LSTM call per layer, destinations sorted by degree, no host sync.
+      ``"bucketed"``: one call per distinct in-degree; reads degrees back. ``"steps"``: an explicit
+      loop of ``max degree`` steps, one GEMM for all input projections (`cherry.models.lstm_steps`).
+      ``"auto"`` (the default): the fastest measured on the device, `AUTO_LSTM_IMPL` (packed on a
       GPU, steps on the CPU). All compute the same function and gradients.
     """
 

@@ -1,9 +1,9 @@
 """`lstm_cell_backward_`: the fused backward of one LSTM time step, in place (native on the CPU).
 
-For a step's gate activations ``act [n, 4H]`` (order i, f, o, g: sigmoid, sigmoid, sigmoid, tanh),
-the previous cell state ``c_prev [n, H]`` (``None`` at the first step: zeros), ``tanh_c = tanh(c_t)``,
-the gradient ``dh`` reaching ``h_t = o * tanh(c_t)`` and the carry ``dc`` reaching ``c_t`` from the
-next step: ``act`` becomes the gradient of the pre-activations and ``dc`` the carry into the previous
+Inputs: a step's gate activations ``act [n, 4H]`` (order i, f, o, g: sigmoid, sigmoid, sigmoid,
+tanh); the previous cell state ``c_prev [n, H]`` (``None`` at the first step: zeros);
+``tanh_c = tanh(c_t)``; the gradient ``dh`` reaching ``h_t = o * tanh(c_t)``; and the carry ``dc``
+reaching ``c_t`` from the next step. Outputs, in place: ``act`` becomes the gradient of the pre-activations and ``dc`` the carry into the previous
 step (``dc_t * f``). Used by `cherry.models.lstm_steps`. The native kernel (one pass over the rows,
 float32/float64, CPU) and the ATen reference here compute the same values; the reference is the test
 oracle and runs on every other device. Callers pass contiguous row blocks; nothing is read back.

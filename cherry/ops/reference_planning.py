@@ -12,11 +12,11 @@ same groups bit for bit):
   the seed, and, layer by layer from the top, every source of every node reached so far. A group's
   input nodes are exactly the union of its seeds' reaches, so ``sum_g |union_{i in g} R(i)|`` is the
   numerator of the input-layer redundancy, which the refinement lowers.
-- Greedy passes over the seeds in the given order: seed ``i`` in group ``a`` (holding more than one
+- Greedy passes over the seeds in the given order. Seed ``i`` in group ``a`` (holding more than one
   seed) moves to the group ``b != a`` of highest gain ``#{u in R(i): only i holds u in a} -
-  #{u in R(i): no seed holds u in b}`` if that gain is positive and ``W[b] + weights[i] <=
-  max_group_weight`` (``W`` the groups' summed weights, updated in float64 in move order); ties go to
-  the lowest ``b``. A pass without a move ends the refinement early; at most ``num_passes`` passes.
+  #{u in R(i): no seed holds u in b}``. It moves only if that gain is positive and ``W[b] +
+  weights[i] <= max_group_weight`` (``W`` the groups' summed weights, updated in float64 in move
+  order). Ties go to the lowest ``b``. A pass without a move ends the refinement early; at most ``num_passes`` passes.
   Every move strictly lowers the objective, so the result is never worse than the input groups.
 
 `grow_groups` (csrc/cpu/grow_groups.cpp, csrc/cuda/grow_groups.cu): seeds ``order[i]`` (top-layer

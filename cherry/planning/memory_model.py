@@ -15,9 +15,9 @@ The estimate is ``fixed_bytes + floor_bytes + scale * activation_bytes(shape)``:
   activations at a time: ``sum(kept) + max(layer less what is kept)``.
 - calibration (`observe`): over a window of recent measurements ``(activation, measured - fixed)``,
   ``scale`` is a robust slope (Theil-Sen over pairs of clearly different sizes; the median ratio when
-  the sizes are alike), raised where the larger half of the window needs more than the smaller
+  the sizes are alike). It is raised where the larger half of the window needs more than the smaller
   half's floor leaves, moved by at most ``MAX_STEP`` per measurement and kept in
-  ``[MIN_SCALE, MAX_SCALE]``; ``floor_bytes`` then covers every measurement of the window (an upper
+  ``[MIN_SCALE, MAX_SCALE]``. ``floor_bytes`` then covers every measurement of the window (an upper
   envelope: the planner errs on the side of fitting, and is tight on large and small micro-batches). So one micro-batch moves the scale by a
   bounded factor, and an outlier leaves the window after ``WINDOW`` measurements. An out-of-memory
   (`observe_oom`) is evidence and may raise the scale past those bounds. Recomputed micro-batches
@@ -130,11 +130,11 @@ def lstm_costs(lstm_impl: str, width: int) -> tuple[float, float, float]:
       gates, c, h and tanh(c) kept for backward (12 per edge and unit); packed adds its gather index (4
       transient int64 vectors over the edges) and the RNN's concatenation of its per-step outputs and
       finished hidden states (2 more);
-    - steps (`cherry.models.lstm_steps`): the gate activations (4), c, tanh(c) and h (3) kept per edge,
-      the packed edge ids plus 4 transient int64 vectors over the edges; per source the projected
-      gates (forward) or their gradient (backward), ``[S, 4H]``, which also bounds the gathered rows
-      ``[E, H]`` when it projects edges (it does so only when ``E <= S``); per destination the
-      backward's carries and gate scratch (5).
+    - steps (`cherry.models.lstm_steps`): per edge, the gate activations (4), c, tanh(c) and h (3)
+      kept, the packed edge ids plus 4 transient int64 vectors over the edges. Per source, the
+      projected gates (forward) or their gradient (backward), ``[S, 4H]``; this also bounds the
+      gathered rows ``[E, H]`` when it projects edges (it does so only when ``E <= S``). Per
+      destination, the backward's carries and gate scratch (5).
     ``auto`` prices the largest of the implementations it may run (`AUTO_LSTM_IMPL`), per count.
     """
     if lstm_impl == "auto":

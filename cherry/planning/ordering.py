@@ -77,7 +77,7 @@ def locality_rank(graph: Graph, method: str = "metis", nodes_per_part: int = 256
 def symmetric_csr(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """``(indptr, indices)`` (int64) of the graph's adjacency plus its transpose, without self-loops or
     duplicates: what METIS needs. With scipy: ``(A + A.T)`` with its diagonal zeroed and zeros
-    eliminated, exactly as before (its rows' column order, which METIS's result depends on, is scipy's);
+    eliminated (its rows' column order, which METIS's result depends on, is scipy's);
     without scipy the same rows computed with numpy, columns sorted (tested against scipy's)."""
     n = graph.num_nodes
     indptr, indices = graph.indptr.numpy(), graph.indices.numpy()

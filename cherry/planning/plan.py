@@ -8,11 +8,11 @@ Choosing K (``num_microbatches=None``): start from ``start_k`` (the previous ste
 steady over equal batches) or 1, split, slice, estimate each part; while the largest part's estimate
 exceeds ``budget * (1 - safety)``, grow K in proportion to the overshoot; a start that fits with room
 to spare is lowered, by at most half per step. When even one seed per micro-batch is estimated above
-that limit, the plan still runs it if the estimate is within the budget itself (the margin is a
-safety, not a limit), if a micro-batch at least as large fitted in this run, or, short of evidence
-that such a seed ran out of memory, if the estimate is within `TRY_FACTOR` times the budget:
-calibration alone never refuses a step, evidence does (the executor's out-of-memory path re-plans,
-with recomputation, and records the evidence). Otherwise, with ``recompute="auto"``, the smallest
+that limit, the plan still runs it in three cases. The estimate is within the budget itself (the
+margin is a safety, not a limit). Or a micro-batch at least as large fitted in this run. Or, short
+of evidence that such a seed ran out of memory, the estimate is within `TRY_FACTOR` times the budget.
+Calibration alone never refuses a step, evidence does: the executor's out-of-memory path re-plans,
+with recomputation, and records the evidence. Otherwise, with ``recompute="auto"``, the smallest
 K with per-layer recomputation (`MemoryModel.with_recompute`) is chosen; ``"on"`` plans with it from
 the start, ``"off"`` never. What is left raises `BudgetTooSmallError`, naming the estimate, the
 budget, the safety margin and the smallest budgets that would fit with and without recomputation.
@@ -222,16 +222,16 @@ def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional
     """``(k, built, capped)`` of the smallest K found from ``start_k`` whose largest estimate is at most
     ``limit``, or the priced plan of least largest estimate when none is (the caller decides).
 
-    Down: from a start that fits, the smallest K that fits in ``[ceil(start / 2), start]`` (a bisection
-    whose first probe is the K the room's ratio predicts; when that is the start itself, one probe at
-    three quarters of it, at least one less, as a hub's micro-batch need not shrink in proportion to K
-    and K = 1 holds no prefetched rows): K
-    stays tight (the chosen K over the smallest fitting one) and falls at most by half per step.
+    Down: from a start that fits, the smallest K that fits in ``[ceil(start / 2), start]``. It is a
+    bisection whose first probe is the K the room's ratio predicts. When that is the start itself,
+    the first probe is at three quarters of it, at least one less: a hub's micro-batch need not shrink
+    in proportion to K, and K = 1 holds no prefetched rows. So K stays tight (the chosen K over the
+    smallest fitting one) and falls at most by half per step.
     Up: K grows in proportion to the overshoot, then the smallest fitting K above the last one that did
     not fit is bisected for. With ``steady_limit`` (the limit plus half the margin, `_choose_k`) and a
-    start, K stops at twice the start when that plan's estimate is within ``steady_limit``: the safety
+    start, K stops at twice the start when that plan's estimate is within ``steady_limit``. The safety
     margin absorbs a calibration's jump, or a batch a little larger than the last, rather than K more
-    than doubling; beyond it, the plan would risk overrunning the budget, and K grows as far as needed.
+    than doubling. Beyond it, the plan would risk overrunning the budget, and K grows as far as needed.
     ``capped`` (the third item returned) says that K stopped there above ``limit``."""
     fixed = model.fixed_bytes + model.floor_bytes
     k = min(max(start_k or 1, 1), n)

@@ -152,11 +152,11 @@ def price_candidates(rows: Sequence[int], row_bytes: int, input_ranks: torch.Ten
     ``input_ranks``: the hotness ranks of the batch's distinct input rows. ``plan_k(cache_bytes)``:
     ``(K, largest micro-batch estimate)`` with ``cache_bytes`` counted as fixed, or None when no K fits.
 
-    Without ``costs`` every size is planned. With them only the sizes that could be chosen are (a plan
-    is the expensive part: on a 2,048-seed synth-products batch all seven cost 8.5 s of a run's
-    start): fitting is monotone in the size (a larger cache only adds fixed bytes), so the largest
-    size that fits is found by bisection; and no size fits at a K below no cache's, so a size whose
-    misses plus no cache's K already cost as much as the cheapest size priced cannot win. Those sizes
+    Without ``costs`` every size is planned. With them only the sizes that could be chosen are, since
+    a plan is the expensive part. Fitting is monotone in the size (a larger cache only adds fixed
+    bytes), so the largest size that fits is found by bisection. No size fits at a K below no cache's,
+    so a size whose misses plus no cache's K already cost as much as the cheapest size priced cannot
+    win. Those sizes
     come back with ``priced=False`` (and no K). The choice (`choose_candidate`) is the same as with
     every size planned."""
     misses = [miss_rows(input_ranks, r) * row_bytes for r in rows]

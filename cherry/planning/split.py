@@ -13,33 +13,32 @@ candidates below recover what it misses. Seeds move between groups by `cherry.op
 reaches), under a cap on each group's summed seed cost.
 
 `candidate_labels` gives the planner its candidates for one K. It first builds the top layer's
-one-hop reaches once (linear in the top block's edges) and on them counts the top-layer sources of
+one-hop reaches once (linear in the top block's edges). On them it counts the top-layer sources of
 the contiguous split and of the strided split (seed ``i`` of the locality order in group ``i mod K``,
-which breaks up every run of neighbours the order put together), and refines the contiguous split
-on the top layer for each weight slack of ``CANDIDATE_TOLERANCES`` (``LOCAL_PASSES`` passes).
+which breaks up every run of neighbours the order put together). It then refines the contiguous
+split on the top layer for each weight slack of ``CANDIDATE_TOLERANCES`` (``LOCAL_PASSES`` passes).
 
-- A batch with locality (the contiguous split holds under ``LOCALITY_RATIO`` times the strided
-  split's top-layer sources: measured 0.77-0.95 on the generated datasets and the geometric graph at
-  batch 4096 and above, 0.97-1.00 on the heavy-tailed laws) keeps these top-layer refinements as its
-  candidates, ranked by their top-layer sources (not exact input counts: the planner counts every
-  candidate's exact inputs with `group_shapes_many` before it chooses). On such batches the
-  input-layer refinement of the contiguous split won before, but its reach build walks every seed's
-  whole tree, about eight times the top layer's entries, and cost two thirds of the planning; the
-  top-layer refinement keeps about 70% of its gain (synth-arxiv, batch 4096, K = 8: contiguous
-  1.691, top-layer refined 1.649, input-layer refined 1.632, Betty 1.78).
-- Any other batch (heavy-tailed degree laws, small batches) gets what it got before: for each slack,
-  the contiguous split refined on the input layer, and `grow_groups` (greedy growing over the top
-  layer's shared neighbours in locality order: it recovers on graphs without community structure
-  what a global order cannot carry) refined first on the top layer (a cheap descent) and then, only
-  where that descent already holds fewer input nodes than the contiguous split, on the input layer.
+- A batch has locality when its contiguous split holds under ``LOCALITY_RATIO`` times the strided
+  split's top-layer sources (the generated datasets and the geometric graph at large batches; not
+  the heavy-tailed laws). It keeps these top-layer refinements as its candidates, ranked by their
+  top-layer sources. They are not exact input counts: the planner counts every candidate's exact
+  inputs with `group_shapes_many` before it chooses. The input-layer refinement is left out on such
+  batches: its reach build walks every seed's whole tree, several times the top layer's entries, and
+  the top-layer refinement keeps most of its gain.
+- Any other batch (heavy-tailed degree laws, small batches) gets, for each slack, two candidates.
+  One is the contiguous split refined on the input layer. The other is `grow_groups` (greedy growing
+  over the top layer's shared neighbours in locality order), which recovers on graphs without
+  community structure what a global order cannot carry. It is refined first on the top layer (a
+  cheap descent) and then, only where that descent already holds fewer input nodes than the
+  contiguous split, on the input layer.
   Their counts are exact (each `refine_groups_many` result's count; the two unrefined candidates are
   counted on the contiguous starts' reach build, under ``UNREFINED_CAP``).
 
-Where the batch is on a GPU, the candidates are computed on the host (`candidate_labels`): the greedy
-ops are sequential by definition (the GPU kernels run them on one thread or one block, 10-100x slower
-than a CPU core at 65,536 seeds), so the batch's CSC, the order and the weights go to the host in one
-copy, and the labels come back in one; the result is the same (the CPU and CUDA kernels agree bit
-for bit).
+Where the batch is on a GPU, the candidates are computed on the host (`candidate_labels`). The greedy
+ops are sequential by definition: the GPU kernels run them on one thread or one block, far slower
+than a CPU core on large batches. So the batch's CSC, the order and the weights go to the host in one
+copy, and the labels come back in one. The result is the same: the CPU and CUDA kernels agree bit
+for bit.
 
 Invariant: the groups partition the given positions; each group is non-empty and keeps rank order.
 """

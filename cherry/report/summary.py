@@ -3,12 +3,14 @@
     python -m cherry.report.summary --table runs.csv --out summary.md [--json ratios.json]
         [--searches SEARCH.json ...] [--data-info INFO.json ...] [--] [VERIFY.json ...]
 
-From the run table: per-step speedup of the subject (cherry) over every other micro-batcher (same
-case, same K), memory reduction over plain mini-batch training (the whole-batch systems and the
-libraries' baselines; who is which is the systems table's roles, `cherry.systems`), time per epoch
-against the device capacity (each system at its own K; needs the datasets' info for the steps per
-epoch), the estimator's error, convergence and ablation tables, and every run that did not finish
-ok. From the memory wall's search records: each system's own K and the largest batch it trains.
+From the run table:
+- per-step speedup of the subject (cherry) over every other micro-batcher (same case, same K);
+- memory reduction over plain mini-batch training (the whole-batch systems and the libraries'
+  baselines; who is which is the systems table's roles, `cherry.systems`);
+- time per epoch against the device capacity (each system at its own K; needs the datasets' info for
+  the steps per epoch);
+- the estimator's error, convergence and ablation tables, and every run that did not finish ok.
+ From the memory wall's search records: each system's own K and the largest batch it trains.
 From the records of `cherry verify --json` (one per check, `cherry.bench.verify_record`): the
 gradient-equivalence error. Ratios use medians of measured steps (warm-up excluded) pooled over
 repeats, with the hierarchical interval of `cherry.report.stats`; a missing or failed run leaves its

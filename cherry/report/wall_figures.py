@@ -1,10 +1,11 @@
 """The figures of the device capacity: the memory wall (from its searches) and time per epoch.
 
 `draw_memory_wall(searches)` draws, per case, each system's probes of the largest-batch search
-(`cherry.bench.capacity_run`): peak tensor memory against batch size for the batches that fit (a
-ring where the probe trained with recomputation), a cross on the capacity line for each that did not
-(a star where one seed per micro-batch did not fit, so no K could), the K chosen at the largest
-fitting batch, and a bar per system with the largest batch found and what stopped it.
+(`cherry.bench.capacity_run`). Peak tensor memory is drawn against batch size for the batches that
+fit (a ring where the probe trained with recomputation). Each batch that did not fit is a cross on
+the capacity line (a star where one seed per micro-batch did not fit, so no K could). The K chosen at
+the largest fitting batch is shown, and a bar per system with the largest batch found and what
+stopped it.
 `draw_epoch_time(frame, sizes)` draws, per case, the seconds per epoch (median step seconds x ceil(training-set size / batch size), 10-90 % whiskers over
 the measured steps) against the emulated capacity, each system at its own K; an out-of-memory run is a
 cross at the bottom of its capacity's column. Both are read by `cherry.report.figures`.

@@ -1,11 +1,11 @@
 """Where a run builds its micro-batches: on the device (graph resident in device memory, sampling and
 slicing by the CUDA kernels) or on the host (graph in pinned host memory, blocks copied once per step).
 
-`choose_construction(graph, device, ...)` decides from the graph's bytes (plus ``extra_bytes``: the
-features and labels that live beside a device-resident graph, so that gathers by its device ids stay
-on the device) and the device's free memory: device-resident when they fit in free memory less
-``headroom`` (the activations' share that must stay free), host otherwise; on a CPU device there is
-nothing to decide. The decision, its inputs and its reason are a frozen `ConstructionChoice`, recorded
+`choose_construction(graph, device, ...)` decides from the graph's bytes and the device's free
+memory. ``extra_bytes`` adds the features and labels that live beside a device-resident graph, so
+that gathers by its device ids stay on the device. The graph is device-resident when these fit in
+free memory less ``headroom`` (the activations' share that must stay free), host otherwise. On a CPU
+device there is nothing to decide. The decision, its inputs and its reason are a frozen `ConstructionChoice`, recorded
 in a run's record and summary. `place_graph(graph, choice)` applies it to a graph (``Graph.to(device)``
 or ``Graph.pin_memory()``), `place_dataset(dataset, choice)` to a dataset (graph, features and labels
 on the device; or the pinned graph with host features).

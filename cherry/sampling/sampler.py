@@ -8,12 +8,10 @@ so the same generator state gives the same `Blocks` on every implementation and 
 keeps exactly its parent in-edges in order, so any per-destination computation on the slice equals
 the corresponding rows of the same computation on the whole batch. `slice_blocks_many` does it for
 K disjoint groups at once (one native call per layer), which is how the planner splits a batch.
-Both make trusted blocks (valid by construction), without `DegreeLayout`s: only the LSTM aggregator
+Both make trusted blocks (valid by construction), without `DegreeLayout`s. Only the LSTM aggregator
 reads a layout, and on a device making one reads degrees back (about four host syncs per group and
-layer), so the executor makes them in its plan, off the step, for models that read them
-(`cherry.models.reads_degree_layouts`); a split that no LSTM reads pays nothing for layouts (16 per
-plan of K = 8 over two layers: 0.7-1 ms of the planner's time on synth-arxiv at batch 8192, and the
-syncs on a device). `NeighborSampler` makes each sampled layer's layout unless ``layouts=False``
+layer). So the executor makes them in its plan, off the step, for models that read them
+(`cherry.models.reads_degree_layouts`); a split that no LSTM reads pays nothing for layouts. `NeighborSampler` makes each sampled layer's layout unless ``layouts=False``
 (what the Trainer passes for models that read none).
 """
 from __future__ import annotations

@@ -1,17 +1,24 @@
 """The systems table: every benchmarked system, once — the one place a new system is registered.
 
-An entry says what the rest of the project needs to know about a system without importing it: its
-name; its role (`ROLES`), which decides what the summary, the figures and `cherry bench systems`
-compare it with; its display label, colour and marker in every table and figure; the module whose
-``SYSTEM`` attribute is its `System` class (imported only when asked for, so a run of one system never
-imports another's dependencies and a missing third-party package becomes a skipped run); and the JSON
-schema of its ``options`` (each property's ``default`` is the option's only default; cherry's are the
-run schema's ``$defs/cherry_options``).
+An entry says what the rest of the project needs to know about a system without importing it:
+- its name;
+- its role (`ROLES`), which decides what the summary, the figures and `cherry bench systems` compare
+  it with;
+- its display label, colour and marker in every table and figure;
+- the module whose ``SYSTEM`` attribute is its `System` class. It is imported only when asked for, so
+  a run of one system never imports another's dependencies and a missing third-party package becomes
+  a skipped run;
+- the JSON schema of its ``options``. Each property's ``default`` is the option's only default;
+  cherry's are the run schema's ``$defs/cherry_options``.
 
 Adding a system: write ``baselines/<name>/`` with ``SYSTEM = <class>`` (a `cherry.systems.contract.System`)
 and call `register_system` here (or, for code outside this repository, before building specs); no
-other module names it. `cherry.systems.get_system` imports a registered system's class. This module
-imports only `cherry.schemas` of Cherry's, so `cherry.spec` and the engine read it without a cycle.
+other module names it. `cherry.systems.get_system` imports a registered system's class.
+
+Imports: of Cherry's modules, this one imports `cherry.schemas` alone (which reads `cherry.paths` and
+`cherry.schema_validator`). Importing it runs the package's ``__init__`` first, which also loads
+`cherry.systems.contract` (torch, `cherry.data`, `cherry.sampling`). Neither module imports
+`cherry.spec` or the engine at run time, so both read this table without a cycle.
 """
 from __future__ import annotations
 

@@ -155,7 +155,7 @@ def test_verify_finds_non_finite_features(cache_dir, capsys):
 
 
 def test_training_on_non_finite_features_stops_as_diverged(cache_dir, capsys):
-    # not scanned at load (above), but no longer trained silently: the loss becomes NaN, exit 4
+    # not scanned at load (above), but never trained silently: the loss becomes NaN, exit 4
     _rewrite(cache_dir, "features", lambda a: a.fill(np.nan))
     root = str(cache_dir.parents[1])
     assert main(["train", "--dataset", "synth-tiny", "--root", root, "--fanouts", "5,10", "--hidden", "16",

@@ -164,3 +164,31 @@ def test_plan_estimates_are_balanced(data):
     plan = plan_microbatches(blocks, MemoryModel.for_model(spec), num_microbatches=4)
     est = torch.tensor(plan.estimated_bytes, dtype=torch.float64)
     assert float(est.max() / est.mean()) < 1.5
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_a_microbatch_leaves_nothing_live_in_the_next_ones_window(data, pipeline):
+    """Every micro-batch's peak window opens at the same live bytes: the previous micro-batch's inputs,
+    activations and gradients are gone. Gradients still held there would add one parameter-sized set to
+    every later window, above the one transient set the memory model's fixed part prices."""
+    from cherry.memory import DeviceMemory
+
+    ds, blocks = data
+    spec = ModelSpec("sage", ds.feature_dim, 8, ds.num_classes, 2, aggr="mean")
+    torch.manual_seed(0)
+    model = build_model(spec)
+    with DeviceMemory("cpu", "1GiB") as memory:
+        opened = []
+        reset = memory.reset_peak
+
+        def reset_peak():
+            opened.append(int(memory.live_bytes()))
+            reset()
+
+        memory.reset_peak = reset_peak
+        ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.1), MemoryModel.for_model(spec),
+                                _options(num_microbatches=4, pipeline=pipeline), memory=memory)
+        stats = ex.accumulate(blocks, ds.features, ds.labels)
+        ex.close()
+    assert stats.num_microbatches == 4 and len(opened) == 4
+    assert opened == [opened[0]] * 4

@@ -181,3 +181,28 @@ def test_the_walk_finds_a_cycle_and_its_members(tmp_path, function_level):
     assert import_cycles(graph) == [["toy.a", "toy.sub", "toy.sub.b"]]
     (pkg / "sub" / "b.py").write_text("import os\n")
     assert import_cycles(import_graph(tmp_path, "toy")) == []
+
+
+def loaded_with(graph: dict[str, set[str]], module: str) -> set[str]:
+    """Every module of ``graph`` that importing ``module`` loads: its imports, transitively, with the
+    parent packages Python runs first."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        current = todo.pop()
+        if current in seen or current not in graph:
+            continue
+        seen.add(current)
+        parts = current.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))] + sorted(graph[current])
+    return seen
+
+
+def test_the_systems_table_imports_what_its_docstring_says():
+    """`cherry.systems.table` imports `cherry.schemas` alone of Cherry's; loading it (with its package's
+    ``__init__``) loads neither `cherry.spec` nor the engine."""
+    graph = import_graph(REPO, "cherry")
+    assert graph["cherry.systems.table"] == {"cherry.schemas"}
+    loaded = loaded_with(graph, "cherry.systems.table")
+    assert {"cherry.systems", "cherry.systems.contract", "cherry.schemas"} <= loaded
+    assert "cherry.spec" not in loaded and not [m for m in loaded if m.startswith("cherry.execution")]

@@ -1,4 +1,4 @@
-"""Issue 22: memory control a user can trust. The estimator cannot run away, refusals explain
+"""Memory control a user can trust. The estimator cannot run away, refusals explain
 themselves, K stays steady, evaluation runs under the training capacity, recomputation below one seed
 is exact."""
 from __future__ import annotations
