@@ -25,8 +25,7 @@ import time
 from dataclasses import asdict
 from typing import Callable
 
-from cherry.cli.options import (add_cherry_option, add_feature_cache_option, add_ordering_option, add_spec_options,
-                                spec_from_args)
+from cherry.cli.options import add_cherry_options, add_spec_options, spec_from_args
 from cherry.errors import EXIT_OOM, LossDiverged, ResultKept, check_loss, cut, fault_line, write_json_keeping
 from cherry.memory import format_size
 from cherry.outputs import DIR, add_output
@@ -38,10 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("train", help="train with exact micro-batching under a memory budget")
     add_spec_options(p)
-    add_ordering_option(p)
-    add_feature_cache_option(p)
-    add_cherry_option(p, "recompute")
-    add_cherry_option(p, "exactness_check")
+    add_cherry_options(p)
     p.add_argument("--no-eval", dest="evaluate", action="store_const", const="false", default=argparse.SUPPRESS,
                    help="skip the layer-wise evaluation after each epoch (= --evaluate false)")
     add_output(p, "--json", default=None, metavar="OUT", help="write a JSON summary here")
