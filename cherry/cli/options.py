@@ -198,9 +198,9 @@ def add_cherry_options(p: argparse.ArgumentParser) -> None:
     from the run schema (a key added there becomes an option here with nothing else to write)."""
     for key, prop in cherry_option_properties().items():
         choices = [v for v in prop["enum"] if v is not None] if "enum" in prop else None
+        described = {**prop, "description": f"{prop.get('description') or key} (options.{key})"}
         p.add_argument("--" + key.replace("_", "-"), dest=key, metavar=_metavar(key, prop), choices=choices,
-                       default=argparse.SUPPRESS, help=_help({**prop, "description": f"{prop.get('description') or key} (options.{key})"},
-                                  prop.get("default")))
+                       default=argparse.SUPPRESS, help=_help(described, prop.get("default")))
 
 
 def _text(value: Any) -> str:

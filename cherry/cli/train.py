@@ -1,12 +1,13 @@
 """`cherry train`: train a model with automatic micro-batching under a (possibly emulated) memory budget.
 
-The options are the run spec's (`cherry.cli.options`). `train` runs the epochs inside the (emulated
-or real) device memory, with progress bars on an interactive terminal (`cherry.progress`), and
-turns an out-of-memory into a result (``status: "oom"``, exit 3) instead of a crash; ``--json`` writes its summary as strict JSON (no NaN). A loss that becomes NaN or
-infinite stops the run (`cherry.errors.LossDiverged`, exit 4); any failure after finished epochs still
-writes the summary, with the epochs done and ``status`` naming the failure (diverged, error, ...). A
-SIGINT or SIGTERM abandons the step in flight, writes the summary with ``status: "interrupted"``,
-keeps the last checkpoint (a save is never cut) and exits 128 + the signal (130, 143).
+The options are the run spec's (`cherry.cli.options`). `train` runs the epochs inside the (emulated or
+real) device memory, with progress bars on an interactive terminal (`cherry.progress`), and turns an
+out-of-memory into a result (``status: "oom"``, exit 3) instead of a crash; ``--json`` writes its
+summary as strict JSON (no NaN). A loss that becomes NaN or infinite stops the run
+(`cherry.errors.LossDiverged`, exit 4); any failure after finished epochs still writes the summary, with
+the epochs done and ``status`` naming the failure (diverged, error, ...). A SIGINT or SIGTERM abandons
+the step in flight, writes the summary with ``status: "interrupted"``, keeps the last checkpoint (a save
+is never cut) and exits 128 + the signal (130, 143).
 
 The epochs are `Trainer.fit`'s (checkpoints, resumption): this module turns progress on, and adds
 the summary and the printed lines, nothing of the loop.

@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     # options, ordering and recompute (on: the K-micro-batch gradient recomputed layer by layer) apply
     add_spec_options(p, defaults=_OWN_DEFAULTS, refused=_REFUSED)
     add_cherry_options(p)
-    p.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed relative difference (default: %(default)g)")
+    p.add_argument("--tolerance", type=float, default=1e-4,
+                   help="largest allowed relative difference (default: %(default)g)")
     add_output(p, "--json", default=None, metavar="FILE",
                    help="also write the result as JSON (workflow/schemas/verify.schema.yaml)")
     p.set_defaults(func=run, _parser=p)
