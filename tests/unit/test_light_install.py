@@ -100,6 +100,7 @@ for name in sys.argv[2].split(","):
     except ModuleNotFoundError:
         refused.append(name)
 import cherry, cherry.execution, cherry.interop, cherry.cli
+cherry.cli.build_parser()  # every command's options (cherry train, verify, data, bench)
 from cherry.data import load_dataset
 from cherry.execution import Trainer
 from cherry.spec import make_spec
