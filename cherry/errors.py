@@ -38,6 +38,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from cherry.extras import NEEDS_EXTRA, missing_extra
+
 EXIT_OK, EXIT_FAULT, EXIT_BAD_INPUT, EXIT_OOM, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 _LINE_CHARS = 1000  # of one error line: a value of 50 MB is cut, not echoed
 _ALLOCATOR = re.compile(r"DefaultCPUAllocator|can't allocate memory|Cannot allocate memory|not enough memory|"
@@ -225,6 +227,9 @@ def import_line(exc: BaseException) -> str:
     detail = first_line(exc)
     if name and name not in detail:
         detail = f"{detail} (module {name})"
+    install = missing_extra(exc)
+    if install is not None:  # an optional part of the install, not a broken one
+        return cut(detail if NEEDS_EXTRA in detail else f"{detail}; {NEEDS_EXTRA}: {install}", 600)
     return cut(f"{detail}; expected an importable module (check $CHERRY_PLUGINS and the installed packages)", 600)
 
 

@@ -147,10 +147,16 @@ def _register_exactness(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_budget(sub: argparse._SubParsersAction) -> None:
+    from benchmarks import budget  # its matrix: the counts in the help are the benchmark's own
+
+    graphs = budget.DEFAULT_GRAPHS.split(",")
+    matrix = len(budget.configurations(graphs, quick=False))
+    sample = sum(i < matrix for i in budget.DEFAULT_SAMPLE)
+    quick = len(budget.configurations(graphs, quick=True))
     p = sub.add_parser("budget", help="memory-control stress test: aborted steps, overruns, K vs smallest K, errors")
-    p.add_argument("--graphs", default="geometric,barabasi-albert,chung-lu,synth-tiny",
+    p.add_argument("--graphs", default=budget.DEFAULT_GRAPHS,
                    help="comma-separated degree laws and dataset names (rotated over the models)")
-    p.add_argument("--datasets", default="synth-arxiv,synth-products",
+    p.add_argument("--datasets", default=budget.DEFAULT_DATASETS,
                    help="comma-separated datasets (names or OGB directories) run at their own size, one "
                         "configuration each ('' for none)")
     p.add_argument("--num-nodes", type=positive_int, default=3000, help="nodes of each generated degree law")
@@ -165,8 +171,9 @@ def _register_budget(sub: argparse._SubParsersAction) -> None:
                    help="batches timed with and without recomputation, alternating (0: skip)")
     p.add_argument("--max-configs", type=non_negative_int, default=None, help="only the first N configurations (0: none)")
     p.add_argument("--all-configs", action="store_true",
-                   help="every configuration of the matrix (default: a deterministic sample of 6 of 13)")
-    p.add_argument("--quick", action="store_true", help="2 configurations, 4 steps each (for tests)")
+                   help=f"every configuration of the matrix (default: a deterministic sample of {sample} of "
+                        f"{matrix}, plus one per --datasets)")
+    p.add_argument("--quick", action="store_true", help=f"{quick} configurations, 4 steps each (for tests)")
     add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("budget"))
 

@@ -73,8 +73,8 @@ def _kind(prop: dict) -> str:
     for kind in ("integer", "number", "boolean"):
         if kind in types:
             return kind
-    if "const" in types and any(b.get("type") == "integer" for b in prop.get("oneOf", [])):
-        return "choice-or-integer"
+    if any(b.get("type") == "integer" for b in prop.get("oneOf", [])):
+        return "choice-or-integer" if "const" in types else "integer"
     return "text"
 
 
@@ -105,23 +105,41 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def add_spec_options(p: argparse.ArgumentParser, keys: Optional[tuple[str, ...]] = None,
-                     defaults: Optional[Mapping[str, Any]] = None) -> None:
+                     defaults: Optional[Mapping[str, Any]] = None,
+                     refused: Optional[Mapping[str, tuple[Any, str]]] = None) -> None:
     """Add the options of spec ``keys`` (default: all of them) to ``p``, their help generated from
     the run schema.
 
     ``defaults`` are a command's own settings where it differs from the run schema (a benchmark's
     sizes, say); they are shown in the help and applied by `spec_from_args` unless given.
+    ``refused`` maps a key to a value of the schema's that the command does not accept and why
+    (verify's ``num_microbatches: "auto"``): the help leaves it out and `spec_from_args` refuses it.
     """
     defaults = dict(defaults or {})
+    refused = dict(refused or {})
     props = spec_properties()
     for key in keys or tuple(props):
-        prop = props[key]
+        prop = _without(props[key], refused[key][0]) if key in refused else props[key]
         names = [n for n in (_ALIASES.get(key), "--" + key.replace("_", "-")) if n]
         here = key in defaults
+        if key in refused:
+            prop = {**prop, "description": f"{prop.get('description') or key} (not {refused[key][0]} here: "
+                                           f"{refused[key][1]})"}
         text = _help(prop, defaults[key] if here else prop.get("default"), here)
         p.add_argument(*names, dest=key, metavar=_metavar(key, prop), default=argparse.SUPPRESS, help=text,
                        required=key == "dataset" and "dataset" not in defaults)
-    p.set_defaults(_spec_defaults=defaults)
+    p.set_defaults(_spec_defaults=defaults, _spec_refused=refused)
+
+
+def _without(prop: dict, value: Any) -> dict:
+    """``prop`` without the choice ``value`` (an enum member or a ``oneOf`` const); its default too
+    when that is the value."""
+    out = {k: v for k, v in prop.items() if not (k == "default" and v == value)}
+    if "enum" in prop:
+        out["enum"] = [v for v in prop["enum"] if v != value]
+    if "oneOf" in prop:
+        out["oneOf"] = [b for b in prop["oneOf"] if b.get("const", object()) != value]
+    return out
 
 
 def add_spec_arguments(p: argparse.ArgumentParser, keys: tuple[str, ...],
@@ -163,32 +181,26 @@ def _typed(key: str, prop: dict):
     return convert
 
 
-def add_ordering_option(p: argparse.ArgumentParser) -> None:
-    """``--ordering``: cherry's seed ordering option (``options.ordering`` of the spec)."""
-    from cherry.planning.ordering import ORDERINGS
-
-    p.add_argument("--ordering", dest="ordering", choices=ORDERINGS, default=argparse.SUPPRESS,
-                   help="seed ordering for locality (default: the cherry system's option)")
-
-
-def add_feature_cache_option(p: argparse.ArgumentParser) -> None:
-    """``--feature-cache``: cherry's feature residency option (``options.feature_cache`` of the spec)."""
-    from cherry.planning.residency import RESIDENCY_MODES
-
-    p.add_argument("--feature-cache", dest="feature_cache", choices=RESIDENCY_MODES, default=argparse.SUPPRESS,
-                   help="input features on the device (options.feature_cache): auto (a cache of the hottest rows "
-                        "sized with K, all rows when they fit), none, all (default: the cherry system's option)")
+def cherry_option_properties() -> dict[str, dict]:
+    """``{key: schema property}`` of every ``options.*`` key of the cherry system (the run schema's
+    ``$defs/cherry_options``), in schema order; each is the option ``--key-with-dashes``."""
+    schema = _schema()
+    defs = schema["$defs"]
+    props = {k: _resolve(p, defs) for k, p in defs["cherry_options"]["properties"].items()}
+    clash = sorted(set(props) & set(spec_properties()))
+    if clash:  # one flag cannot set two keys
+        raise ValueError(f"run schema: options {clash} share a name with run-spec keys; expected distinct names")
+    return props
 
 
-def add_cherry_option(p: argparse.ArgumentParser, key: str) -> None:
-    """``--<key>``: one of cherry's ``options.*`` keys, its choices, help and default from the systems
-    table's schema of the option (the one place it is declared)."""
-    from cherry.systems.table import system_entry
-
-    schema = system_entry("cherry").options[key]
-    choices = schema.get("enum")
-    p.add_argument("--" + key.replace("_", "-"), dest=key, choices=choices, default=argparse.SUPPRESS,
-                   help=f"{schema.get('description', key)} (options.{key}; default: {schema.get('default')})")
+def add_cherry_options(p: argparse.ArgumentParser) -> None:
+    """Add one option per ``options.*`` key of the cherry system, its help, type, choices and default
+    from the run schema (a key added there becomes an option here with nothing else to write)."""
+    for key, prop in cherry_option_properties().items():
+        choices = [v for v in prop["enum"] if v is not None] if "enum" in prop else None
+        described = {**prop, "description": f"{prop.get('description') or key} (options.{key})"}
+        p.add_argument("--" + key.replace("_", "-"), dest=key, metavar=_metavar(key, prop), choices=choices,
+                       default=argparse.SUPPRESS, help=_help(described, prop.get("default")))
 
 
 def _text(value: Any) -> str:
@@ -204,12 +216,12 @@ def _flag(parser_actions, key: str) -> str:
     return key
 
 
-def _convert(key: str, text: Any) -> Any:
-    """A command-line string as the spec's JSON value, by the key's kind in the run schema (the spec
-    then checks ranges and kinds)."""
+def _convert(key: str, text: Any, prop: Optional[dict] = None) -> Any:
+    """A command-line string as the spec's JSON value, by the key's kind in the run schema (``prop``:
+    its property, by default the run-spec key's; the spec then checks ranges and kinds)."""
     if not isinstance(text, str):
         return text
-    prop = spec_properties()[key]
+    prop = spec_properties()[key] if prop is None else prop
     if "null" in _types(prop) and text in _NULL_WORDS:
         return None
     kind = _kind(prop)
@@ -248,14 +260,12 @@ def _convert(key: str, text: Any) -> Any:
     return text
 
 
-_CHERRY_FLAGS = ("ordering", "feature_cache", "recompute", "exactness_check")
-
-
 def spec_from_args(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = None,
                    **fixed: Any) -> RunSpec:
     """The `RunSpec` of parsed options: given options over the command's ``defaults`` over the run
-    schema's; ``fixed`` values (e.g. ``system="cherry"``) win. A bad value raises ValueError whose one
-    line names the option (as typed on the command line) and what was expected."""
+    schema's; ``fixed`` values (e.g. ``system="cherry"``) win. A bad value, or one the command
+    refuses (`add_spec_options`'s ``refused``), raises ValueError whose one line names the option (as
+    typed on the command line) and what was expected."""
     given = vars(args)
     data: dict[str, Any] = {"system": "cherry"}
     data.update(given.get("_spec_defaults") or {})
@@ -264,25 +274,33 @@ def spec_from_args(args: argparse.Namespace, parser: Optional[argparse.ArgumentP
         for key in spec_properties():
             if key in given:
                 data[key] = _convert(key, given[key])
-        for option in _CHERRY_FLAGS:  # cherry's options with their own flags
-            if option in given:
-                data["options"] = {**data.get("options", {}), option: given[option]}
+        _refuse(data, given.get("_spec_refused") or {}, actions)
+        for key, prop in cherry_option_properties().items():
+            if key in given:
+                data["options"] = {**data.get("options", {}), key: _convert(f"options.{key}", given[key], prop)}
         data.update(fixed)
         return spec_from_dict(data)
     except SpecError as exc:
         message = str(exc).replace("invalid run spec: ", "")
-        match = re.match(r"key ([a-z_]+)", message)
+        match = re.match(r"key ([a-z_.]+)", message)
         if match:
             key = match.group(1)
-            flag = _option_flag(message, actions) if key == "options" else _flag(actions, key)
+            flag = _option_flag(message, actions) if key.startswith("options") else _flag(actions, key)
             message = flag + message[match.end():]
         raise ValueError(message) from None
 
 
+def _refuse(data: Mapping[str, Any], refused: Mapping[str, tuple[Any, str]], actions) -> None:
+    """ValueError where a key holds the value its command refuses (``refused``: key -> (value, why))."""
+    for key, (value, why) in refused.items():
+        if data.get(key) == value:
+            raise ValueError(f"{_flag(actions, key)}: {value!r} does not apply here ({why})")
+
+
 def _option_flag(message: str, actions) -> str:
     """The flag of the ``options.*`` key an error message names (``--ordering`` when it names none)."""
-    for option in _CHERRY_FLAGS:
-        if f"options.{option}" in message or f"'{option}'" in message:
+    for option in cherry_option_properties():
+        if f"options.{option}" in message or f"options/{option}" in message or f"'{option}'" in message:
             return _flag(actions, option)
     return "--ordering"
 

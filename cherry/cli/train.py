@@ -1,15 +1,16 @@
 """`cherry train`: train a model with automatic micro-batching under a (possibly emulated) memory budget.
 
-The options are the run spec's (`cherry.cli.options`). `train` runs the epochs inside the (emulated
-or real) device memory with a progress bar, and turns an out-of-memory into a result (``status:
-"oom"``, exit 3) instead of a crash; ``--json`` writes its summary as strict JSON (no NaN). A loss that becomes NaN or
-infinite stops the run (`cherry.errors.LossDiverged`, exit 4); any failure after finished epochs still
-writes the summary, with the epochs done and ``status`` naming the failure (diverged, error, ...). A
-SIGINT or SIGTERM abandons the step in flight, writes the summary with ``status: "interrupted"``,
-keeps the last checkpoint (a save is never cut) and exits 128 + the signal (130, 143).
+The options are the run spec's (`cherry.cli.options`). `train` runs the epochs inside the (emulated or
+real) device memory, with progress bars on an interactive terminal (`cherry.progress`), and turns an
+out-of-memory into a result (``status: "oom"``, exit 3) instead of a crash; ``--json`` writes its
+summary as strict JSON (no NaN). A loss that becomes NaN or infinite stops the run
+(`cherry.errors.LossDiverged`, exit 4); any failure after finished epochs still writes the summary, with
+the epochs done and ``status`` naming the failure (diverged, error, ...). A SIGINT or SIGTERM abandons
+the step in flight, writes the summary with ``status: "interrupted"``, keeps the last checkpoint (a save
+is never cut) and exits 128 + the signal (130, 143).
 
-The epochs are `Trainer.fit`'s (checkpoints, resumption): this module adds the progress bar, the
-summary and the printed lines, nothing of the loop.
+The epochs are `Trainer.fit`'s (checkpoints, resumption): this module turns progress on, and adds
+the summary and the printed lines, nothing of the loop.
 
 Several ranks (`cherry.execution.distributed`): ``--nproc N`` starts N ranks here (`cherry.launch`);
 under ``torchrun`` or ``srun`` each process is one rank of the launcher's world. Rank 0 prints and
@@ -25,8 +26,7 @@ import time
 from dataclasses import asdict
 from typing import Callable
 
-from cherry.cli.options import (add_cherry_option, add_feature_cache_option, add_ordering_option, add_spec_options,
-                                spec_from_args)
+from cherry.cli.options import add_cherry_options, add_spec_options, spec_from_args
 from cherry.errors import EXIT_OOM, LossDiverged, ResultKept, check_loss, cut, fault_line, write_json_keeping
 from cherry.memory import format_size
 from cherry.outputs import DIR, add_output
@@ -38,10 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("train", help="train with exact micro-batching under a memory budget")
     add_spec_options(p)
-    add_ordering_option(p)
-    add_feature_cache_option(p)
-    add_cherry_option(p, "recompute")
-    add_cherry_option(p, "exactness_check")
+    add_cherry_options(p)
     p.add_argument("--no-eval", dest="evaluate", action="store_const", const="false", default=argparse.SUPPRESS,
                    help="skip the layer-wise evaluation after each epoch (= --evaluate false)")
     add_output(p, "--json", default=None, metavar="OUT", help="write a JSON summary here")
@@ -51,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue the run checkpointed in DIR (same settings; --epochs may be larger)")
     p.add_argument("--overwrite", action="store_true",
                    help="with --save DIR: start DIR afresh even if it holds a checkpoint of another run spec")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars (shown only where standard error is a terminal)")
     p.set_defaults(func=run, _parser=p)
 
 
@@ -158,11 +156,14 @@ def _describe(trainer, summary: dict, echo: Callable[[str], None]) -> None:
 
 def _fit(trainer, summary: dict, progress: bool, echo: Callable[[str], None], save_dir, resume_dir,
          overwrite: bool) -> None:
-    """Drive `Trainer.fit` (checkpoints, resumption), with a progress bar per epoch; every finished
+    """Drive `Trainer.fit` (checkpoints, resumption), its steps and evaluation shown as progress bars on
+    an interactive standard error (`cherry.progress`), one line per epoch in any case; every finished
     epoch goes into ``summary`` as it completes, so an interruption keeps it."""
-    from tqdm import tqdm
+    import contextlib
 
-    now: dict = {"bar": None, "epoch": None, "started_s": 0.0}
+    from cherry import progress as bars
+
+    now: dict = {"epoch": None, "started_s": 0.0}
 
     def take_resumed() -> None:  # once: the resumed run's finished epochs come first
         if resume_dir is not None and "resumed_epochs" not in summary:
@@ -172,26 +173,19 @@ def _fit(trainer, summary: dict, progress: bool, echo: Callable[[str], None], sa
 
     def on_epoch_start(epoch: int) -> None:
         take_resumed()
-        now.update(epoch=epoch, started_s=time.perf_counter(),
-                   bar=tqdm(total=trainer.num_steps(epoch), desc=f"epoch {epoch}", disable=not progress, leave=False))
+        now.update(epoch=epoch, started_s=time.perf_counter())
 
     def on_step(stats) -> None:
         summary["step_losses"].append(stats.loss)
         summary["step_feature_bytes_moved"].append(stats.feature_bytes_moved)
         check_loss(stats.loss, len(summary["step_losses"]), now["epoch"])
-        now["bar"].update(1)
-        now["bar"].set_postfix(loss=f"{stats.loss:.4f}", K=stats.num_microbatches)
 
-    try:
+    with bars.shown() if progress else contextlib.nullcontext():
         for result in trainer.fit(on_step, save_dir=save_dir, resume_dir=resume_dir, overwrite=overwrite,
                                   on_epoch_start=on_epoch_start):
-            now["bar"].close()
             summary["epochs"].append({**asdict(result), "wall_s": time.perf_counter() - now["started_s"]})
             echo(_epoch_line(result))
-        take_resumed()
-    finally:
-        if now["bar"] is not None:
-            now["bar"].close()
+    take_resumed()
 
 
 def _epoch_line(result) -> str:

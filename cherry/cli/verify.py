@@ -1,6 +1,7 @@
 """`cherry verify`: show that K micro-batches give the mini-batch's gradient (exit 1 above tolerance).
 
-The options are the run spec's (`cherry.cli.options`); ``--microbatches K`` is required. The batch is
+The options are the run spec's (`cherry.cli.options`); ``--microbatches K`` is a fixed K (4 unless
+given; "auto" is refused). The batch is
 the run's first (`cherry.sampling.loader`), sampled once; both gradients come from the executor on
 those same blocks and weights. With ``--nproc N`` the comparison is N data-parallel ranks (each with
 K micro-batches, then the all-reduce) against one process with K = 1 on the same batch
@@ -14,14 +15,21 @@ import argparse
 
 from cherry.bench.verify_record import VerifyRecord
 from cherry.outputs import add_output
-from cherry.cli.options import add_cherry_option, add_ordering_option, add_spec_options, spec_from_args
+from cherry.cli.options import add_cherry_options, add_spec_options, spec_from_args
+
+# verify compares a fixed K with K = 1: "auto" (which may choose K = 1) is refused, and K = 4 is its own
+# default, so that `cherry verify --dataset D` runs as its help says
+_OWN_DEFAULTS = {"num_microbatches": 4}
+_REFUSED = {"num_microbatches": ("auto", "cherry verify compares a fixed K with K = 1")}
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="compare the K-micro-batch gradient with the whole batch's")
-    add_spec_options(p)  # every spec key, so a workflow check's settings pass through unchanged
-    add_ordering_option(p)
-    add_cherry_option(p, "recompute")  # on: the K-micro-batch gradient recomputed layer by layer
-    p.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed relative difference")
+    # every spec key and cherry option, so a workflow check's settings pass through unchanged; of the
+    # options, ordering and recompute (on: the K-micro-batch gradient recomputed layer by layer) apply
+    add_spec_options(p, defaults=_OWN_DEFAULTS, refused=_REFUSED)
+    add_cherry_options(p)
+    p.add_argument("--tolerance", type=float, default=1e-4,
+                   help="largest allowed relative difference (default: %(default)g)")
     add_output(p, "--json", default=None, metavar="FILE",
                    help="also write the result as JSON (workflow/schemas/verify.schema.yaml)")
     p.set_defaults(func=run, _parser=p)
@@ -43,8 +51,6 @@ def run(args: argparse.Namespace) -> int:
                                   or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
         raise ValueError(f"--json: expected a file path in an existing directory, got {args.json!r}")
     spec = spec_from_args(args, args._parser, epochs=1)
-    if spec.num_microbatches is None:
-        raise ValueError("--microbatches: expected a fixed K >= 1 to compare with K = 1, got 'auto'")
     if spec.device == "cuda":
         import torch
 

@@ -39,13 +39,39 @@ Progress = Optional[Callable[[str, float], None]]
 
 def csv_blocks(path: Path, rows: int | None = None) -> Iterator[np.ndarray]:
     """The rows of a headerless gzip CSV, ``rows`` (default `READ_ROWS`) at a time, parsed as pandas
-    parses the whole file."""
-    import pandas as pd
-
+    parses the whole file (without pandas, the light install: by `_number_blocks`)."""
     rows = rows or READ_ROWS
+    try:
+        import pandas as pd
+    except ModuleNotFoundError:
+        yield from _number_blocks(path, rows)
+        return
     with pd.read_csv(path, compression="gzip", header=None, chunksize=rows) as reader:
         for frame in reader:
             yield frame.to_numpy()
+
+
+def _number_blocks(path: Path, rows: int) -> Iterator[np.ndarray]:
+    """`csv_blocks` without pandas, for files of numbers only (what `cherry data prepare` writes for a
+    generated dataset): each block int64 where all its values are integers, else float64, as pandas
+    gives; a value that is no number is a one-line ValueError naming the file and the extra that
+    names its row and column."""
+    import itertools
+
+    with gzip.open(path, "rt") as f:
+        while True:
+            lines = list(itertools.islice(f, rows))
+            if not lines:
+                return
+            for dtype in (np.int64, np.float64):
+                try:
+                    yield np.loadtxt(lines, delimiter=",", dtype=dtype, ndmin=2)
+                    break
+                except ValueError:
+                    continue
+            else:
+                raise ValueError(f"{path} holds a value that is not a number; expected numbers only "
+                                 "(pip install -e '.[bench]' for pandas, which names its row and column)")
 
 
 class NpyWriter:
@@ -231,8 +257,13 @@ def check_per_node(labels: np.ndarray, splits: dict, num_nodes: int, num_classes
 
 
 def _whole_csv(path: Path) -> np.ndarray:
-    import pandas as pd
-
+    try:
+        import pandas as pd
+    except ModuleNotFoundError:  # the light install: a file of numbers only
+        blocks = list(_number_blocks(path, READ_ROWS))
+        if not blocks:
+            raise ValueError(f"{path} is empty; expected numbers") from None
+        return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
     return pd.read_csv(path, compression="gzip", header=None).values
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from cherry.extras import require
+
 
 def accuracy(logits: torch.Tensor, labels: torch.Tensor, index: torch.Tensor, dataset_name: str = "") -> float:
     """Accuracy of ``logits.argmax(1)`` against ``labels`` on the nodes ``index`` (nan when empty)."""
@@ -15,7 +17,7 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor, index: torch.Tensor, da
     pred = logits.index_select(0, index).argmax(1)
     true = labels.index_select(0, index)
     if dataset_name.startswith("ogbn-"):
-        from ogb.nodeproppred import Evaluator
+        Evaluator = require("ogb.nodeproppred").Evaluator
 
         return float(Evaluator(dataset_name).eval({"y_true": true.view(-1, 1), "y_pred": pred.view(-1, 1)})["acc"])
     return float((pred == true).double().mean())

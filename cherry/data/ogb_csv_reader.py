@@ -15,9 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from cherry.extras import require
+
 
 def _read_csv(path: Path) -> np.ndarray:
-    import pandas as pd  # a dependency of cherry; imported here to keep `import cherry.data` light
+    pd = require("pandas")  # the data extra's: `import cherry.data` stays light
 
     return pd.read_csv(path, compression="gzip", header=None).values
 

@@ -26,6 +26,7 @@ from cherry.data import checks
 from cherry.data.arrays import undirected_csc
 from cherry.data.registry import CACHE_DIRNAME, OGB_SPECS
 from cherry.data.values import integer_array, integer_column
+from cherry.extras import require
 
 LAYOUT_VERSION = 1
 
@@ -85,7 +86,7 @@ def _stat_key(files: dict[str, Path]) -> dict[str, list[int]]:
 
 
 def _csv(path: Path, dtype) -> np.ndarray:
-    import pandas as pd
+    pd = require("pandas")
 
     try:
         return pd.read_csv(path, compression="gzip", header=None).to_numpy(dtype=dtype)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cherry.data.checks import SPLITS
+from cherry.extras import require
 
 _SCAN_BLOCK_BYTES = 8 << 20
 
@@ -118,7 +119,7 @@ def declared_edges(files: dict) -> int | None:
     path = files["num_edges"]
     if not path.name.endswith(".csv.gz"):
         return None
-    import pandas as pd
+    pd = require("pandas")
 
     counts = pd.read_csv(path, compression="gzip", header=None).values.reshape(-1)
     if counts.size != 1:
@@ -131,8 +132,8 @@ def check_edge_rows(path: Path, declared: int, chunk_rows: int = 4_000_000) -> N
     the first ``declared`` rows and drops the rest, and casts ``1.5`` to 1, so neither would show in
     what it returns. Raises a one-line ValueError naming the file, the row and the value."""
     import numpy as np
-    import pandas as pd
 
+    pd = require("pandas")
     rows = 0
     with pd.read_csv(path, compression="gzip", header=None, chunksize=chunk_rows) as chunks:
         for chunk in chunks:

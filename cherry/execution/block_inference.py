@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 
+from cherry import progress
 from cherry.data.metrics import split_accuracy
 from cherry.planning import BatchShape
 from cherry.sampling import NeighborSampler
@@ -35,6 +36,7 @@ def evaluate_blocks(model: torch.nn.Module, dataset, num_layers: int, device: to
     was_training = model.training
     model.eval()
     pending = [nodes[i:i + seeds_per_chunk] for i in range(0, nodes.numel(), seeds_per_chunk)][::-1]
+    shown = progress.start("evaluate", nodes.numel(), "node")
     try:
         while pending:
             seeds = pending.pop()
@@ -49,6 +51,8 @@ def evaluate_blocks(model: torch.nn.Module, dataset, num_layers: int, device: to
             if logits is None:
                 logits = torch.zeros(dataset.graph.num_nodes, out.shape[1])
             logits[seeds] = out
+            shown.advance(seeds.numel())
     finally:
+        shown.close()
         model.train(was_training)
     return split_accuracy(logits, dataset)

@@ -48,10 +48,10 @@ def place_features(trainer, memory=None, costs: ResidencyCosts = ResidencyCosts(
         return ResidencyPlan(ALL, num_rows, num_rows, row_bytes, budget,
                              "device construction: the features live on the device with the graph"), None
     if mode == NONE:
-        return ResidencyPlan(NONE, 0, num_rows, row_bytes, budget, "asked for no feature cache"), None
+        return ResidencyPlan(NONE, 0, num_rows, row_bytes, budget, "options.feature_cache is none"), None
     order = hot_order(trainer.dataset.graph.indptr)
     if mode == ALL:
-        plan = ResidencyPlan(ALL, num_rows, num_rows, row_bytes, budget, "asked for all feature rows on the device")
+        plan = ResidencyPlan(ALL, num_rows, num_rows, row_bytes, budget, "options.feature_cache is all")
     elif budget is None:
         return ResidencyPlan(NONE, 0, num_rows, row_bytes, None,
                              "no budget to fit a cache in (a CPU run without --device-memory)"), None

@@ -30,6 +30,7 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
+from cherry import progress
 from cherry.data import Dataset
 from cherry.execution.executor import ExecutorOptions, MicrobatchExecutor, PlannedBatch, StepStats
 from cherry.execution.inference import evaluate
@@ -177,7 +178,8 @@ class Trainer:
     def train_epoch(self, epoch: int, on_step: Optional[Callable[[StepStats], None]] = None) -> list[StepStats]:
         """One pass over the (shuffled) training seeds; returns every step's stats."""
         steps = []
-        with self.loader(self.epoch_batches(epoch)) as loader:
+        seed_batches = self.epoch_batches(epoch)
+        with self.loader(seed_batches) as loader, progress.task(f"epoch {epoch}", len(seed_batches), "step") as shown:
             batches = iter(loader)
             while True:
                 with self.probe.phase("sample"):  # the wait for sampling and planning ahead
@@ -186,6 +188,7 @@ class Trainer:
                     break
                 stats = self.step(batch.prepared)
                 steps.append(stats)
+                shown.advance(1, loss=f"{stats.loss:.4f}", K=stats.num_microbatches)
                 if on_step is not None:
                     on_step(stats)
         return steps

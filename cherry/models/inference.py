@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 import torch
 
+from cherry import progress
 from cherry.data import Graph
 from cherry.sampling import NeighborSampler
 
@@ -42,9 +43,11 @@ def layerwise_inference(model: torch.nn.Module, graph: Graph, features: torch.Te
                               for i in range(0, n, DEFAULT_CHUNK)])
         sampler = NeighborSampler(graph, [-1])
         h = features
-        for layer in range(model.spec.num_layers):
+        layers = model.spec.num_layers
+        for layer in range(layers):
             size = max(1, chunk_size(layer)) if chunk_size is not None else DEFAULT_CHUNK
-            h = _infer_layer(model, layer, sampler, h, n, size, device)
+            with progress.task(f"evaluate layer {layer + 1}/{layers}", n, "node") as shown:
+                h = _infer_layer(model, layer, sampler, h, n, size, device, shown.advance)
         return h
     finally:
         model.train(was_training)
@@ -59,9 +62,10 @@ def _host_rows(n: int, width: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _infer_layer(model: torch.nn.Module, layer: int, sampler: NeighborSampler, h: torch.Tensor, n: int,
-                 size: int, device) -> torch.Tensor:
+                 size: int, device, advance: Callable[[int], None] = lambda rows: None) -> torch.Tensor:
     """Layer ``layer`` of every node from ``h``, ``size`` destinations per chunk, halving the size at
-    each out-of-memory (re-raised when a single destination does not fit)."""
+    each out-of-memory (re-raised when a single destination does not fit); ``advance(rows)`` after
+    each chunk done."""
     out = None
     start = 0
     while start < n:
@@ -85,6 +89,7 @@ def _infer_layer(model: torch.nn.Module, layer: int, sampler: NeighborSampler, h
         if out is None:
             out = _host_rows(n, rows.shape[1], rows.dtype)
         out[start:end] = rows
+        advance(end - start)
         start = end
         del rows, block, x
     return out if out is not None else h.new_empty((0, 0))
