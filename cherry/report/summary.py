@@ -157,7 +157,7 @@ def _wall_note(r) -> str:
     return note + ("; with recomputation" if r.recompute_at_largest else "")
 
 
-def _wall_verdicts(searches: pd.DataFrame) -> list[str]:
+def wall_verdicts(searches: pd.DataFrame) -> list[str]:
     """Per case, one line: who stopped because one seed did not fit (and at which batch), who went on
     with recomputation, who reached the training set (and, beside one-seed stops, who ran out at its K)."""
     lines = []
@@ -177,6 +177,10 @@ def _wall_verdicts(searches: pd.DataFrame) -> list[str]:
         at_own_k = [r for r in rows if r.wall_reason == "capacity"]
         if at_own_k and single:
             parts.append(f"ran out of memory at their own K: {_named(at_own_k)}")
+        timed_out = [r for r in rows if r.status == "timeout"]
+        if timed_out:
+            parts.append("a probe timed out, so a lower bound: " + ", ".join(t.system_label(r.system, r.k)
+                                                                            for r in timed_out))
         capacities = group["device_memory_bytes"].dropna()
         under = f" under {_fmt(float(capacities.iloc[0]) / t.MIB, 4)} MiB" if len(capacities) else ""
         if parts:
@@ -214,7 +218,7 @@ def wall_section(searches: pd.DataFrame) -> list[str]:
             "its largest batch. \"one seed does not fit\": the smallest failing batch ran out of memory at one "
             "seed per micro-batch, so no K fits it (K alone stops there; cherry then recomputes each layer's "
             "activations in backward). A search stopped by a probe that timed out gives a lower bound.", ""
-            ] + _wall_verdicts(searches) + _table(
+            ] + wall_verdicts(searches) + _table(
         ["case", "system", "own K", "largest batch", "smallest OOM batch", "capacity MiB", "probes", "search s",
          "stopped by"], out)
 
