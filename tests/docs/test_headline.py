@@ -33,7 +33,7 @@ def test_headline_says_who_reaches_what():
     assert "stopped because one seed did not fit: naive (K=auto) up to 8" in text
     assert "went on with recomputation: cherry (K=auto) up to 1,024" in text
     assert "reached the training set without recomputation: dgl up to 1,200" in text
-    assert "a probe timed out, so a lower bound: cherry (K=auto)" in text
+    assert "a probe timed out, so at least: cherry (K=auto) up to 1,024" in text
 
 
 def test_region_is_replaced_and_nothing_else(tmp_path):
