@@ -48,6 +48,18 @@ _PARAM_COPIES = 3
 
 @dataclass(frozen=True)
 class EpochResult:
+    """One epoch of `Trainer.fit`: what `cherry train` prints and `--json` writes per epoch.
+
+    ``loss`` and ``train_acc`` are over the epoch's training seeds (seed-weighted); ``valid_acc`` and
+    ``test_acc`` come from the evaluation after it (NaN with evaluation off). ``mean_microbatches`` and
+    ``max_microbatches`` are the K used per step; ``k_changes`` counts steps whose K differs from the step before.
+    ``estimated_peak_bytes`` is the memory model's largest micro-batch estimate, ``measured_peak_bytes``
+    the device memory's measured peak (None without a `DeviceMemory` or a GPU to measure).
+    ``oom_recoveries`` counts steps re-planned finer after an out-of-memory, ``recompute_steps`` steps
+    run with per-layer recomputation. ``feature_bytes_moved`` is the input features copied
+    host-to-device, ``feature_hit_rate`` the share of rows read that the device held (NaN when none).
+    """
+
     epoch: int
     loss: float
     train_acc: float

@@ -159,9 +159,10 @@ def _wall_note(r) -> str:
     return note + ("; with recomputation" if r.recompute_at_largest else "")
 
 
-def _wall_verdicts(searches: pd.DataFrame) -> list[str]:
+def wall_verdicts(searches: pd.DataFrame) -> list[str]:
     """Per case, one line: who stopped because one seed did not fit (and at which batch), who went on
-    with recomputation, who reached the training set (and, beside one-seed stops, who ran out at its K)."""
+    with recomputation, who reached the training set, who ran out of memory at its own K, and whose
+    search a timed-out probe stopped (its largest batch a lower bound)."""
     lines = []
     for case, group in searches.groupby("case", sort=False):
         rows = list(group.itertuples())
@@ -177,8 +178,11 @@ def _wall_verdicts(searches: pd.DataFrame) -> list[str]:
             without = " without recomputation" if recomputed else ""
             parts.append(f"reached the training set{without}: {_named(whole)}")
         at_own_k = [r for r in rows if r.wall_reason == "capacity"]
-        if at_own_k and single:
+        if at_own_k:
             parts.append(f"ran out of memory at their own K: {_named(at_own_k)}")
+        timed_out = [r for r in rows if r.status == "timeout"]
+        if timed_out:
+            parts.append(f"a probe timed out, so at least: {_named(timed_out)}")
         capacities = group["device_memory_bytes"].dropna()
         under = f" under {_fmt(float(capacities.iloc[0]) / t.MIB, 4)} MiB" if len(capacities) else ""
         if parts:
@@ -216,7 +220,7 @@ def wall_section(searches: pd.DataFrame) -> list[str]:
             "its largest batch. \"one seed does not fit\": the smallest failing batch ran out of memory at one "
             "seed per micro-batch, so no K fits it (K alone stops there; cherry then recomputes each layer's "
             "activations in backward). A search stopped by a probe that timed out gives a lower bound.", ""
-            ] + _wall_verdicts(searches) + _table(
+            ] + wall_verdicts(searches) + _table(
         ["case", "system", "own K", "largest batch", "smallest OOM batch", "capacity MiB", "probes", "search s",
          "stopped by"], out)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -130,7 +130,11 @@ def _describe(value: object) -> str:
 
 @dataclass(frozen=True)
 class Blocks:
-    """The L blocks of one (micro-)batch, input layer first."""
+    """The L blocks of one (micro-)batch, input layer first.
+
+    A sequence of its `Block` layers, as DGL's list of blocks: ``for block in blocks``,
+    ``blocks[0]`` and ``len(blocks)`` read `layers`.
+    """
 
     layers: tuple[Block, ...]
     input_positions: Optional[torch.Tensor] = None
@@ -144,6 +148,15 @@ class Blocks:
                     f"layer {l} has {self.layers[l].num_dst} destinations but layer {l + 1} has "
                     f"{self.layers[l + 1].num_src} sources; they must be equal"
                 )
+
+    def __iter__(self) -> Iterator[Block]:
+        return iter(self.layers)
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, index: int) -> Block:
+        return self.layers[index]
 
     @property
     def num_layers(self) -> int:

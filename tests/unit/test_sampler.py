@@ -53,6 +53,8 @@ def test_sampler_blocks_contract():
     blocks = NeighborSampler(g, fanouts).sample(seeds, torch.Generator().manual_seed(1))
     check_blocks(blocks)
     assert blocks.num_layers == 3 and torch.equal(blocks.seeds, seeds)
+    # a sequence of its layers, as DGL's list of blocks
+    assert list(blocks) == list(blocks.layers) and len(blocks) == 3 and blocks[-1] is blocks.layers[-1]
     deg = g.in_degrees()
     for block, fanout in zip(blocks.layers, fanouts):
         want = deg[block.dst_nodes] if fanout < 0 else deg[block.dst_nodes].clamp(max=fanout)
