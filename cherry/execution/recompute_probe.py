@@ -1,0 +1,81 @@
+"""Recomputation's price for a model priced by probes (`cherry.execution.memory_probe`).
+
+The analytic model prices Cherry's own layers under recomputation from their widths (kept inputs plus
+one layer's activations, times `RECOMPUTE_PRIOR`). A probe-priced model's fitted costs are per node
+and per edge alike in every layer, and what its layer units keep is unknown, so its recomputed peak is
+measured instead: `with_probed_recompute` runs one forward + backward under `recomputed` on each of
+two probe batches (half the batch at the run's fanouts, a quarter at half the fanouts; sampled with a
+generator of their own, the run's random streams untouched) and sets the memory model's
+``recompute_factor`` to the largest measured peak over the fitted model's recomputed activation
+bytes. The run then calibrates that factor on its own recomputed micro-batches, as for any model.
+
+The same probe finds whether the model has layer units at all: one that runs none is marked
+(`cherry.execution.recompute.can_recompute` is then False), so the planner never chooses
+recomputation for it and ``options.recompute: on`` is refused before training.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+
+from cherry.execution.memory_probe import _peak_of_step
+from cherry.execution.recompute import can_recompute, recomputed
+from cherry.models.dropout import set_dropout_step
+from cherry.planning import BatchShape, MemoryModel
+from cherry.sampling import NeighborSampler
+
+_FACTOR_RANGE = (0.5, 4.0)  # the bounds the run's calibration keeps `recompute_factor` in
+
+
+def recomputed_peaks(model: torch.nn.Module, dataset, fanouts: Sequence[int], batch_size: int,
+                     device: torch.device | str = "cpu", seed: int = 0) -> list[tuple[BatchShape, int]]:
+    """``(shape, peak bytes)`` of one recomputed forward + backward of ``model`` on each probe batch
+    (module docstring). ValueError when the model runs no layer unit (it is marked)."""
+    device = torch.device(device)
+    fanouts = list(fanouts)
+    half = [max(1, f // 2) if f > 0 else 2 for f in fanouts]
+    n = dataset.train_idx.numel()
+    quarter, halfb = max(4, min(n, batch_size) // 4), max(8, min(n, batch_size) // 2)
+    gen = torch.Generator().manual_seed(seed ^ 0x2EC0)
+    seeds = dataset.train_idx[torch.randperm(n, generator=gen)]
+    rng_state = torch.get_rng_state()
+    was_training = model.training
+    model.train()
+    set_dropout_step(model, 0)
+    peaks = []
+    try:
+        for batch_seeds, f in ((seeds[:halfb], fanouts), (seeds[:quarter], half)):
+            blocks = NeighborSampler(dataset.graph, f).sample(batch_seeds, torch.Generator().manual_seed(seed))
+            with recomputed(model):
+                peak = _peak_of_step(model, blocks, dataset.features, dataset.labels, device)
+            peaks.append((BatchShape.of(blocks), peak))
+    finally:
+        set_dropout_step(model, None)
+        model.train(was_training)
+        torch.set_rng_state(rng_state)
+    return peaks
+
+
+def with_probed_recompute(memory_model: MemoryModel, model: torch.nn.Module, dataset, spec,
+                          device: torch.device | str = "cpu") -> MemoryModel:
+    """``memory_model`` (a probe-priced one: scale 1, no floor) with ``recompute_factor`` measured on
+    ``model`` (module docstring); unchanged for a model without layer units or when a probe runs out
+    of memory (an emulated capacity: the prior then holds until recomputed steps are measured)."""
+    if not can_recompute(model) or not spec.fanouts:
+        return memory_model
+    try:
+        peaks = recomputed_peaks(model, dataset, spec.fanouts, spec.batch_size, device, spec.seed)
+    except torch.OutOfMemoryError:
+        return memory_model
+    except ValueError:
+        if can_recompute(model):  # not the probe's finding that no layer unit ran (the model is marked then)
+            raise
+        return memory_model
+    ratios = [(peak - memory_model.floor_bytes) / (memory_model.scale * act) for shape, peak in peaks
+              if (act := memory_model.activation_bytes(shape, recompute=True)) > 0]
+    if not ratios:
+        return memory_model
+    low, high = _FACTOR_RANGE
+    return dataclasses.replace(memory_model, recompute_factor=min(max(max(ratios), low), high))
