@@ -6,8 +6,8 @@ and per edge alike in every layer, and what its layer units keep is unknown, so 
 measured instead: `with_probed_recompute` runs one forward + backward under `recomputed` on each of
 two probe batches (half the batch at the run's fanouts, a quarter at half the fanouts; sampled with a
 generator of their own, the run's random streams untouched) and sets the memory model's
-``recompute_factor`` to the largest measured peak over the fitted model's recomputed activation
-bytes. The run then calibrates that factor on its own recomputed micro-batches, as for any model.
+``recompute_factor`` to the least-squares ratio (through the origin) of the measured peaks to the
+fitted model's recomputed activation bytes. The run then calibrates that factor on its own recomputed micro-batches, as for any model.
 
 The same probe finds whether the model has layer units at all: one that runs none is marked
 (`cherry.execution.recompute.can_recompute` is then False), so the planner never chooses
@@ -73,9 +73,13 @@ def with_probed_recompute(memory_model: MemoryModel, model: torch.nn.Module, dat
         if can_recompute(model):  # not the probe's finding that no layer unit ran (the model is marked then)
             raise
         return memory_model
-    ratios = [(peak - memory_model.floor_bytes) / (memory_model.scale * act) for shape, peak in peaks
-              if (act := memory_model.activation_bytes(shape, recompute=True)) > 0]
-    if not ratios:
+    # least squares through the origin, as the plain costs are fitted: the larger probe weighs most (a
+    # small probe's peak is mostly per-call overhead, which the run's calibrated floor covers)
+    points = [(memory_model.scale * memory_model.activation_bytes(shape, recompute=True),
+               peak - memory_model.floor_bytes) for shape, peak in peaks]
+    norm = sum(x * x for x, _ in points)
+    if norm <= 0:
         return memory_model
     low, high = _FACTOR_RANGE
-    return dataclasses.replace(memory_model, recompute_factor=min(max(max(ratios), low), high))
+    factor = sum(x * y for x, y in points) / norm
+    return dataclasses.replace(memory_model, recompute_factor=min(max(factor, low), high))

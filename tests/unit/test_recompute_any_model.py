@@ -190,10 +190,10 @@ def test_a_probe_priced_models_recomputation_is_priced_from_measured_peaks(graph
     probed = with_probed_costs(analytic, probe_costs(model, ds, spec.fanouts, spec.batch_size))
     priced = with_probed_recompute(probed, model, ds, spec)
     assert priced.recompute_factor != probed.recompute_factor and priced.costs == probed.costs
-    # the estimate of every recomputed probe covers its measured peak, the largest one exactly
+    # the fit through the origin: the larger recomputed probe (which weighs most) is priced within 5%
     peaks = recomputed_peaks(model, ds, spec.fanouts, spec.batch_size, seed=spec.seed)
-    ratios = [priced.estimate_bytes(shape, recompute=True) / peak for shape, peak in peaks]
-    assert min(ratios) >= 1.0 and min(ratios) == pytest.approx(1.0, abs=1e-3), ratios
+    shape, peak = max(peaks, key=lambda p: probed.activation_bytes(p[0], recompute=True))
+    assert priced.estimate_bytes(shape, recompute=True) == pytest.approx(peak, rel=0.05)
     # no layer unit: the price stays, the model is marked, the planner never chooses recomputation
     none = guard_model(_NoUnits(ds.feature_dim, ds.num_classes))
     assert with_probed_recompute(probed, none, ds, spec) is probed and not can_recompute(none)
