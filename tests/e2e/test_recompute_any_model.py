@@ -9,8 +9,8 @@ memory leaves the analytic price, which is not this test's subject). Skips in on
 ../shared/graphs or DGL is absent.
 
 A PyG GAT (``torch_geometric.nn.GATConv``) is not here: its peak is in the input layer's backward (its
-``[edges, heads, width]`` messages and their gradients), which per-layer recomputation cannot lower
-(0.2% on the same graph and shape), so no budget below its one-seed peak fits it."""
+``[edges, heads, width]`` messages and their gradients), which per-layer recomputation barely lowers,
+so no budget below its one-seed peak fits it."""
 from __future__ import annotations
 
 import pytest
