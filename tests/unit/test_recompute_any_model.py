@@ -197,3 +197,57 @@ def test_a_probe_priced_models_recomputation_is_priced_from_measured_peaks(graph
     # no layer unit: the price stays, the model is marked, the planner never chooses recomputation
     none = guard_model(_NoUnits(ds.feature_dim, ds.num_classes))
     assert with_probed_recompute(probed, none, ds, spec) is probed and not can_recompute(none)
+
+
+class _WideLayer(nn.Module):
+    """A layer whose own activations (a 32-fold widening) outweigh its input and its parameters."""
+
+    def __init__(self, in_dim, out_dim):
+        super().__init__()
+        self.gain, self.lin = nn.Parameter(torch.linspace(-1, 1, 32 * in_dim)), nn.Linear(in_dim, out_dim)
+
+    def forward(self, block, h):
+        a = h[: block.num_dst] + aggregate_block(block, h, "mean")
+        wide = torch.relu(a.repeat(1, 32) * self.gain)
+        return self.lin(wide.view(a.shape[0], 32, -1).mean(1))
+
+
+LAYERS = 5
+
+
+def test_the_planner_chooses_recomputation_for_a_whole_model_below_one_seed():
+    """A whole model (probe-priced, no forward_layer) under a budget of 0.8 of its one-seed peak trains
+    with recomputation chosen by the planner from the probes' price: within the budget, same losses."""
+    from cherry.execution import Trainer
+    from cherry.memory import DeviceMemory
+
+    ds = random_dataset(num_nodes=300, avg_degree=20)  # one seed's 3 outer hops hold every node: alike layers
+
+    class Model(_WholeModel):
+        def __init__(self):
+            super().__init__(ds.feature_dim, ds.num_classes)
+            dims = [ds.feature_dim] + [16] * (LAYERS - 1) + [ds.num_classes]
+            self.layers = nn.ModuleList([_WideLayer(dims[i], dims[i + 1]) for i in range(LAYERS)])
+
+    def run(k, budget_bytes):
+        spec = make_spec(dataset="synth-tiny", model="sage", hidden=16, num_layers=LAYERS, fanouts=(-1,) * LAYERS,
+                         batch_size=4, epochs=1, max_steps_per_epoch=2, evaluate=False, num_microbatches=k,
+                         budget_bytes=budget_bytes, options={"exactness_check": "off", "safety": 0.05}, seed=0)
+        torch.manual_seed(0)
+        with DeviceMemory("cpu", None) as memory:
+            trainer = Trainer(ds, spec, memory=memory, model=Model())
+            steps = []
+            try:
+                list(trainer.fit(on_step=steps.append))
+            finally:
+                trainer.close()
+        return steps
+
+    reference = run(1, None)
+    one_seed_peak = max(s.measured_peak_bytes for s in run(4, None))
+    budget = int(0.8 * one_seed_peak)
+    steps = run(None, budget)
+    assert all(s.recompute and s.num_oom_recoveries == 0 for s in steps), steps
+    assert max(s.measured_peak_bytes for s in steps) <= budget
+    for a, b in zip(reference, steps, strict=True):
+        assert abs(a.loss - b.loss) <= 1e-5 * abs(a.loss)
