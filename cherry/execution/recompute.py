@@ -123,9 +123,12 @@ def _module_units(model: torch.nn.Module, calls: list) -> Iterator[None]:
 
         model.layer_graphs = layer_graphs
     inside = [False]  # a unit's own submodules run inside it, never as units of their own
-    wrapped = [m for m in model.modules() if m is not model and "forward" not in m.__dict__]
-    for module in wrapped:
+    wrapped = []
+    for module in model.modules():
+        if module is model or "forward" in module.__dict__ or isinstance(module, torch.jit.ScriptModule):
+            continue  # (a scripted module's forward cannot be shadowed; one the user shadowed stays theirs)
         module.forward = _unit_forward(module.forward, graphs, inside, calls)
+        wrapped.append(module)
     try:
         yield
     finally:
