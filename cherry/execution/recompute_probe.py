@@ -9,6 +9,10 @@ generator of their own, the run's random streams untouched) and sets the memory 
 ``recompute_factor`` to the least-squares ratio (through the origin) of the measured peaks to the
 fitted model's recomputed activation bytes. The run then calibrates that factor on its own recomputed micro-batches, as for any model.
 
+Where the plain probes ran out of memory (a budget below one seed's plain peak, which is where
+recomputation is needed), the recomputed ones, smaller, may still fit: the factor then scales the
+analytic recomputed price of the run's model spec to the measured peaks.
+
 The same probe finds whether the model has layer units at all: one that runs none is marked
 (`cherry.execution.recompute.can_recompute` is then False), so the planner never chooses
 recomputation for it and ``options.recompute: on`` is refused before training.
@@ -60,10 +64,15 @@ def recomputed_peaks(model: torch.nn.Module, dataset, fanouts: Sequence[int], ba
 
 def with_probed_recompute(memory_model: MemoryModel, model: torch.nn.Module, dataset, spec,
                           device: torch.device | str = "cpu") -> MemoryModel:
-    """``memory_model`` (a probe-priced one: scale 1, no floor) with ``recompute_factor`` measured on
-    ``model`` (module docstring); unchanged for a model without layer units or when a probe runs out
-    of memory (an emulated capacity: the prior then holds until recomputed steps are measured)."""
-    if not can_recompute(model) or not spec.fanouts:
+    """``memory_model`` with ``recompute_factor`` measured on ``model`` (module docstring), for a run of
+    automatic K whose model the analytic costs cannot price (as `optional_probe` decides).
+    ``memory_model`` is the probe-priced one, or the analytic one where the plain probes ran out of
+    memory (a budget below one seed's plain peak): the factor then corrects the analytic recomputed
+    price to what recomputation measured. Unchanged for a model without layer units, or when a
+    recomputed probe runs out of memory too (the prior holds until recomputed steps are measured)."""
+    from cherry.execution.memory_probe import needs_probe
+
+    if spec.num_microbatches is not None or not spec.fanouts or not needs_probe(model) or not can_recompute(model):
         return memory_model
     try:
         peaks = recomputed_peaks(model, dataset, spec.fanouts, spec.batch_size, device, spec.seed)
