@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
+from benchmarks.recompute_units import dgl_gat
 from cherry.compat import dgl_available
 from cherry.data import load_dataset
 from cherry.execution import Trainer
@@ -28,38 +28,13 @@ CAPACITY = 0.97  # of the one-seed peak
 LAYERS, HEADS, HEAD_DIM, SEEDS = 4, 4, 32, 4
 
 
-def dgl_gat(in_dim: int, num_classes: int) -> nn.Module:
-    from cherry.compat import import_dgl
-    from cherry.interop import from_dgl
-
-    dglnn = import_dgl().nn
-
-    class GAT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            dims = [in_dim] + [HEADS * HEAD_DIM] * (LAYERS - 1)
-            self.convs = nn.ModuleList(
-                [dglnn.GATConv(dims[i], HEAD_DIM, HEADS, feat_drop=0.2, allow_zero_in_degree=True)
-                 for i in range(LAYERS - 1)] + [dglnn.GATConv(dims[-1], num_classes, 1, allow_zero_in_degree=True)])
-            self.drop = nn.Dropout(0.5)
-
-        def forward(self, blocks, x):
-            h = x
-            for i, (conv, block) in enumerate(zip(self.convs, blocks)):
-                h = conv(block, h)
-                h = self.drop(h.flatten(1).relu()) if i < LAYERS - 1 else h.mean(1)
-            return h
-
-    return from_dgl(GAT())
-
-
 def _run(dataset, data_root, capacity_bytes, k, recompute="auto"):
     spec = make_spec(dataset=NAME, root=str(data_root), model="gat", hidden=HEADS * HEAD_DIM, heads=HEADS,
                      num_layers=LAYERS, fanouts=(-1,) * LAYERS, batch_size=SEEDS, epochs=1, max_steps_per_epoch=2,
                      dropout=0.5, lr=0.01, evaluate=False, num_microbatches=k, device_memory_bytes=capacity_bytes,
                      options={"recompute": recompute, "exactness_check": "off", "safety": SAFETY}, seed=0)
     torch.manual_seed(0)
-    model = dgl_gat(dataset.feature_dim, dataset.num_classes)
+    model = dgl_gat(dataset.feature_dim, dataset.num_classes, LAYERS, HEADS, HEAD_DIM)
     with DeviceMemory("cpu", capacity_bytes) as memory:
         trainer = Trainer(dataset, spec, memory=memory, model=model)
         steps: list = []
