@@ -37,6 +37,11 @@ from cherry.sampling.blocks import Blocks
 _NO_UNITS = "_cherry_no_layer_units"  # set on a model whose forward ran no unit under `recomputed`
 
 
+def _units_of(model: torch.nn.Module) -> torch.nn.Module:
+    """The module whose units run: a DDP wrapper's module (its forward calls that module's)."""
+    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+
+
 def _has_forward_layer(model: torch.nn.Module) -> bool:
     return callable(getattr(model, "forward_layer", None)) and hasattr(getattr(model, "spec", None), "num_layers")
 
@@ -51,7 +56,8 @@ def model_name(model: torch.nn.Module) -> str:
 def can_recompute(model: torch.nn.Module) -> bool:
     """Whether ``model`` may run layer units that `recomputed` can checkpoint (module docstring): a
     ``forward_layer`` model, an adapter, or a whole model with modules of its own (Cherry's MLP has no
-    per-layer graph). False once a recomputed call of it ran no unit."""
+    per-layer graph). False once a recomputed call of it ran no unit. A DDP wrapper: its module's."""
+    model = _units_of(model)
     if model.__dict__.get(_NO_UNITS, False):
         return False
     if _has_forward_layer(model) or callable(getattr(model, "layer_graphs", None)):
@@ -72,13 +78,13 @@ def recomputed(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """``model`` whose forward checkpoints each layer unit until the block exits (see module
     docstring). Raises ValueError for a model without layer units."""
     if not can_recompute(model):
-        raise no_units_error(model)
-    calls = [0]
-    with (_forward_layer_units if _has_forward_layer(model) else _module_units)(model, calls):
+        raise no_units_error(_units_of(model))
+    target, calls = _units_of(model), [0]
+    with (_forward_layer_units if _has_forward_layer(target) else _module_units)(target, calls):
         yield model
     if calls[0] == 0:  # a forward that loops its layers itself would silently recompute nothing
-        model.__dict__[_NO_UNITS] = True
-        raise no_units_error(model)
+        target.__dict__[_NO_UNITS] = True
+        raise no_units_error(target)
 
 
 @contextmanager

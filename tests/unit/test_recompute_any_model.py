@@ -16,6 +16,7 @@ from cherry.execution.memory_probe import probe_costs, with_probed_costs
 from cherry.execution.recompute import can_recompute, recomputed
 from cherry.execution.recompute_probe import recomputed_peaks, with_probed_recompute
 from cherry.models import ModelSpec, build_model
+from cherry.models.dropout import set_dropout_step
 from cherry.ops import aggregate_block
 from cherry.planning import MemoryModel
 from cherry.sampling import NeighborSampler, sampling_generator
@@ -251,3 +252,32 @@ def test_the_planner_chooses_recomputation_for_a_whole_model_below_one_seed():
     assert max(s.measured_peak_bytes for s in steps) <= budget
     for a, b in zip(reference, steps, strict=True):
         assert abs(a.loss - b.loss) <= 1e-5 * abs(a.loss)
+
+
+@pytest.mark.parametrize("build", [_dgl_gat, _WholeModel, "block_model"], ids=["dgl_gat", "whole_model", "block_model"])
+def test_a_ddp_wrapped_model_recomputes_its_modules_units(graph, build, tmp_path):
+    """The distributed trainer runs ``DDP(model)``: recomputation finds the units of the wrapped model."""
+    import torch.distributed as dist
+
+    ds, blocks = graph
+    torch.manual_seed(0)
+    model = guard_model(build_model(ModelSpec("gcn", ds.feature_dim, 16, ds.num_classes, 2, dropout=0.5))
+                        if build == "block_model" else build(ds.feature_dim, ds.num_classes))
+    x, y = ds.features[blocks.input_nodes], ds.labels[blocks.seeds]
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        assert can_recompute(ddp)
+        set_dropout_step(model, 3)
+
+        def grads(recompute):
+            with recomputed(ddp) if recompute else torch.enable_grad(), ddp.no_sync():
+                loss = F.cross_entropy(ddp(blocks, x), y)
+            return torch.autograd.grad(loss, [p for p in model.parameters()])
+
+        for a, b in zip(grads(False), grads(True), strict=True):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+        assert can_recompute(ddp)  # units ran
+    finally:
+        set_dropout_step(model, None)
+        dist.destroy_process_group()
