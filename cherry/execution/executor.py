@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from cherry.execution.feature_cache import FeatureCache
 from cherry.execution.options import ExecutorOptions, PlannedBatch, StepStats
-from cherry.execution.recompute import can_recompute, recomputed
+from cherry.execution.recompute import can_recompute, no_units_error, recomputed
 from cherry.execution.recovery import (MicrobatchOutOfMemoryError, Replanner, SingleSeedMicrobatchOutOfMemoryError,
                                        StepPlan, recover)
 from cherry.execution.staging import PreparedInputs, StagedBatch, Staging
@@ -88,6 +88,8 @@ class MicrobatchExecutor:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cherry-prepare")
         self._last_k: Optional[int] = None  # the last step's K: where the next automatic K search starts
         self._can_recompute = can_recompute(model)
+        if options.recompute == "on" and not self._can_recompute:
+            raise no_units_error(model)
 
     # -- configuration -------------------------------------------------------------------------
     @property

@@ -138,6 +138,10 @@ class Trainer:
 
             self.memory_model = optional_probe(self.model, dataset, spec, self.memory_model,
                                                self.device) or self.memory_model
+            if options.recompute != "off":  # and recomputation's price, measured
+                from cherry.execution.recompute_probe import with_probed_recompute
+
+                self.memory_model = with_probed_recompute(self.memory_model, self.model, dataset, spec, self.device)
         rank = seed_rank(dataset, spec.ordering, spec.seed) if options.num_microbatches != 1 else None
         if rank is not None:
             rank = rank.to(self.data.graph.indptr.device)  # indexed by the sampled seeds' ids

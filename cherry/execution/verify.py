@@ -15,7 +15,7 @@ import torch
 
 from cherry.execution.executor import ExecutorOptions, MicrobatchExecutor
 from cherry.execution.partition_check import TOLERANCE, ParameterDifference, compare
-from cherry.execution.recompute import can_recompute
+from cherry.execution.recompute import can_recompute, no_units_error
 from cherry.planning import MemoryModel
 from cherry.sampling import Blocks
 
@@ -98,7 +98,7 @@ def check_exact(model: torch.nn.Module, dataset, num_microbatches: int = 4, fano
         raise ValueError(f"num_microbatches must be an int >= 1, got {num_microbatches!r}")
     guard_model(model)
     if recompute == "on" and not can_recompute(model):
-        raise ValueError(f"recompute='on' needs a model with layer units (forward_layer); {type(model).__name__} has none")
+        raise no_units_error(model)
     model = model.to(device)
     gen = torch.Generator().manual_seed(seed)
     train = dataset.train_idx

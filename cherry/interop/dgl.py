@@ -41,11 +41,16 @@ class DGLModel(nn.Module):
             raise TypeError(f"from_dgl needs a torch.nn.Module called as model(blocks, x), got {type(model).__name__}")
         self.inner = model
 
+    def layer_graphs(self, blocks: Blocks) -> list:
+        """The DGL blocks the inner model is called with, input layer first: recomputation
+        (`cherry.execution.recompute`) takes a module called with one of them for a layer unit."""
+        return to_dgl_blocks(blocks)
+
     def forward(self, blocks: Blocks, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(blocks, Blocks):
             raise TypeError(f"blocks must be cherry.sampling.Blocks, got {type(blocks).__name__}")
         with node_rows(blocks):
-            return self.inner(to_dgl_blocks(blocks), x)
+            return self.inner(self.layer_graphs(blocks), x)
 
 
 def from_dgl(model: nn.Module) -> DGLModel:

@@ -39,11 +39,16 @@ class PyGModel(nn.Module):
             raise TypeError(f"from_pyg needs a torch.nn.Module called as model(x, adjs), got {type(model).__name__}")
         self.inner = model
 
+    def layer_graphs(self, blocks: Blocks) -> list:
+        """The per-hop adjacencies the inner model is called with, input layer first: recomputation
+        (`cherry.execution.recompute`) takes a module called with one of them for a layer unit."""
+        return to_pyg_adjs(blocks)
+
     def forward(self, blocks: Blocks, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(blocks, Blocks):
             raise TypeError(f"blocks must be cherry.sampling.Blocks, got {type(blocks).__name__}")
         with node_rows(blocks):
-            return self.inner(x, to_pyg_adjs(blocks))
+            return self.inner(x, self.layer_graphs(blocks))
 
 
 def from_pyg(model: nn.Module) -> PyGModel:

@@ -44,6 +44,24 @@ def node_rows(block, layer: int = 0):
         _CONTEXT.reset(token)
 
 
+def node_rows_replay():
+    """A context manager factory that re-enters the node-row context as it is now, its count of
+    dropout calls included: a layer unit recomputed in backward (outside the forward's context) then
+    draws the same masks as its forward did. The forward's own context is left as it is."""
+    context = _CONTEXT.get()
+    saved = None if context is None else list(context)
+
+    @contextlib.contextmanager
+    def replay():
+        token = _CONTEXT.set(None if saved is None else list(saved))
+        try:
+            yield
+        finally:
+            _CONTEXT.reset(token)
+
+    return replay
+
+
 class ExactDropout(NodeDropout):
     """``nn.Dropout(p)`` whose masks depend on node ids, not on the micro-batch (module docstring)."""
 
