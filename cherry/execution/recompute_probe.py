@@ -2,10 +2,10 @@
 
 The analytic model prices Cherry's own layers under recomputation from their widths (kept inputs plus
 one layer's activations, times `RECOMPUTE_PRIOR`). A probe-priced model's fitted costs are per node
-and per edge alike in every layer, and what its layer units keep is unknown, so its recomputed peak is
-measured instead: `with_probed_recompute` runs one forward + backward under `recomputed` on each of
+and per edge alike in every layer, and what its layer units keep is unknown. Its recomputed peak is
+therefore measured: `with_probed_recompute` runs one forward + backward under `recomputed` on each of
 two probe batches (half the batch at the run's fanouts, a quarter at half the fanouts; sampled with a
-generator of their own, the run's random streams untouched) and sets the memory model's
+generator of their own, the run's random streams untouched). It sets the memory model's
 ``recompute_factor`` to the least-squares ratio (through the origin) of the measured peaks to the
 fitted model's recomputed activation bytes. The run then calibrates that factor on its own recomputed micro-batches, as for any model.
 
