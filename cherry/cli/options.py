@@ -248,7 +248,7 @@ def _convert(key: str, text: Any) -> Any:
     return text
 
 
-_CHERRY_FLAGS = ("ordering", "feature_cache", "recompute", "exactness_check")
+_CHERRY_FLAGS = ("ordering", "feature_cache", "recompute", "stream_inputs", "exactness_check")
 
 
 def spec_from_args(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = None,

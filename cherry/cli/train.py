@@ -41,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_ordering_option(p)
     add_feature_cache_option(p)
     add_cherry_option(p, "recompute")
+    add_cherry_option(p, "stream_inputs")
     add_cherry_option(p, "exactness_check")
     p.add_argument("--no-eval", dest="evaluate", action="store_const", const="false", default=argparse.SUPPRESS,
                    help="skip the layer-wise evaluation after each epoch (= --evaluate false)")

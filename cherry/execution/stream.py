@@ -33,7 +33,6 @@ from cherry.models.dropout import apply_dropout
 CHUNK_MAX_BYTES = 16 << 20  # a chunk of gathered rows: large enough for an efficient GEMM
 CHUNK_MIN_BYTES = 1 << 20
 CHUNK_BUDGET_SHARE = 32  # a chunk takes at most this fraction of the budget
-STREAM_MODES = ("auto", "on", "off")
 
 
 def chunk_rows(width: int, budget_bytes: Optional[int], element_size: int = 4) -> int:
@@ -50,6 +49,10 @@ def input_projections(model: nn.Module) -> dict[str, str]:
     if not callable(getattr(model, "forward_layer", None)) or not callable(getattr(model, "forward_input", None)) \
             or layers is None or len(layers) == 0:
         return {}
+    from cherry.models.base import BlockModel
+
+    if getattr(type(model), "forward_input", None) is not BlockModel.forward_input:
+        return {}  # what reads x before layer 0 is unknown: only input dropout moves into the chunks
     declare = getattr(layers[0], "input_projections", None)
     found = dict(declare()) if callable(declare) else {}
     for name, rows in found.items():
@@ -176,19 +179,24 @@ def _layer_zero(model: nn.Module, source: RowSource, projections: dict[str, str]
 
 
 @contextmanager
-def streamed(model: nn.Module, source: RowSource) -> Iterator[torch.Tensor]:
-    """Inside the block, ``model(blocks, x)`` with ``x`` the yielded placeholder streams its input layer
-    from ``source`` (see module docstring). ValueError for a model whose first layer declares no
-    projection, or whose input dropout is not exact (no step seed in training)."""
+def streamed(model: nn.Module, source: RowSource, placeholder: Optional[torch.Tensor] = None) -> Iterator[torch.Tensor]:
+    """Inside the block, ``model(blocks, x)`` with ``x`` the yielded placeholder (``placeholder`` if
+    given, made by ``source.placeholder()``) streams its input layer from ``source`` (see module
+    docstring). ValueError for a model whose first layer declares no projection, or whose input
+    dropout is not exact (no step seed in training)."""
     check_streamable(model)
     projections = input_projections(model)
     dropout = model.input_dropout
-    p = dropout.p if dropout.training else 0.0
+    p = dropout.p if dropout.training and model.training else 0.0
     if p > 0.0 and dropout.step_seed is None:
         raise ValueError("streamed input layer: input dropout without a step seed draws a fresh mask per call, "
                          "which a re-gather cannot reproduce; set one (cherry.models.dropout.set_dropout_step)")
     source = RowSource(source.gather, source.nodes, source.width, source.chunk_rows, p, dropout.step_seed)
-    placeholder = source.placeholder()
+    if placeholder is None:
+        placeholder = source.placeholder()
+    elif tuple(placeholder.shape) != (source.num_rows, source.width) or any(placeholder.stride()):
+        raise ValueError(f"placeholder must be a zero-stride [{source.num_rows}, {source.width}] tensor "
+                         f"(RowSource.placeholder()), got {tuple(placeholder.shape)}")
     saved = {key: model.__dict__[key] for key in ("forward_input", "forward_layer") if key in model.__dict__}
     forward_layer, restore = _layer_zero(model, source, projections, placeholder)
     model.forward_input = lambda blocks, x: x  # input dropout runs on each chunk instead

@@ -98,3 +98,52 @@ def test_chunk_rows_follow_the_budget():
     assert chunk_rows(1000, 64 << 20) == (2 << 20) // 4000  # a 32nd of the budget
     assert chunk_rows(1000, 1 << 20) == (1 << 20) // 4000  # never below 1 MiB
     assert chunk_rows(10 ** 9, 1 << 20) == 1
+
+
+def _executor(model, **options):
+    from cherry.execution import ExecutorOptions, MicrobatchExecutor
+    from cherry.planning import MemoryModel
+
+    opts = ExecutorOptions.for_k(options.pop("k", None), options.pop("budget", None), stage_features=False,
+                                 pipeline=False, safety=0.0, exactness_check="off", **options)
+    return MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.0),
+                              MemoryModel.for_model(model.spec), opts)
+
+
+def test_the_planner_prices_the_streamed_layer(graph):
+    from cherry.planning import BatchShape, MemoryModel, plan_microbatches
+
+    ds, blocks = graph
+    memory = MemoryModel.for_model(_model("gcn").spec)
+    memory.stream_chunk_rows = 16
+    shape = BatchShape.of(blocks)
+    plain, stream = memory.estimate_bytes(shape), memory.with_stream().estimate_bytes(shape)
+    rows = blocks.layers[0].num_src * (FEATURES + FEATURES) * 4  # the gathered rows and their dropped copy
+    assert plain - stream == rows - 16 * (FEATURES + FEATURES) * 4  # (for_model prices no prefetch)
+    budget = (plain + stream) // 2  # only the streamed K = 1 fits
+    auto = plan_microbatches(blocks, memory, budget_bytes=budget, stream="auto")
+    off = plan_microbatches(blocks, memory, budget_bytes=budget, stream="off")
+    assert auto.stream and auto.num_microbatches == 1 and auto.max_estimated_bytes <= budget
+    assert not off.stream and off.num_microbatches > 1
+    roomy = plan_microbatches(blocks, memory, budget_bytes=2 * plain, stream="auto")
+    assert not roomy.stream and roomy.num_microbatches == 1  # plain K = 1 fits: nothing is cheaper
+
+
+def test_the_executor_streams_under_a_tight_budget_and_stays_exact(graph, monkeypatch):
+    ds, blocks = graph
+    monkeypatch.setattr("cherry.execution.executor.chunk_rows", lambda width, budget: 8)  # a tiny graph
+    reference = _executor(_model("sage"), k=1, stream_inputs="off")
+    want = reference.accumulate(blocks, ds.features, ds.labels)
+    grads = [g.clone() for g in reference.gradients()]
+    estimate = reference.plan(blocks, num_microbatches=1).max_estimated_bytes
+    tight = _executor(_model("sage"), budget=int(estimate * 0.8), stream_inputs="auto")
+    got = tight.accumulate(blocks, ds.features, ds.labels)
+    assert got.streamed and got.num_microbatches == 1
+    assert abs(got.loss - want.loss) <= 1e-5 * abs(want.loss)
+    names = [n for n, p in tight.model.named_parameters() if p.requires_grad]
+    assert max(d.max_rel_diff for d in compare(names, grads, tight.gradients())) <= 1e-5
+
+
+def test_on_without_an_input_projection_is_refused_before_any_work():
+    with pytest.raises(ValueError, match=r"^stream_inputs='on' .* layer 0 \(SAGEConv\) declares no input projection"):
+        _executor(_model("sage", aggr="pool"), k=1, stream_inputs="on")
