@@ -126,6 +126,7 @@ STREAM_MODES = ("auto", "on", "off")
 # recomputation's extra forward
 GATHER_SHARE = 0.25
 RECOMPUTE_COST = 1.3
+PLAIN_K_FACTOR, PLAIN_K_MIN = 4, 8  # the plain plans `stream="auto"` weighs against a streamed one of K
 
 
 def plan_cost(parts, stream: bool, recompute: bool) -> float:
@@ -247,26 +248,44 @@ def plan_microbatches(
     return MicrobatchPlan(groups, parts, est, budget_bytes, redundancy, use_recompute, use_stream)
 
 
+class _BeyondCap(Exception):
+    """A plain plan's search reached more micro-batches than `_choose_stream` lets it compete with."""
+
+
 def _choose_stream(build, memory_model: MemoryModel, budget_bytes: int, safety: float, n: int, recompute: str,
                    start_k: Optional[int]):
-    """``(built plan, recompute?, stream?)``: of the plain and the streamed plan (`_choose_k` each), the
-    one of least `plan_cost` among those within the limit; the plain one outright when it is one
-    plain micro-batch (nothing is cheaper). Raises the streamed plan's `BudgetTooSmallError` when
-    neither plans."""
+    """``(built plan, recompute?, stream?)``: one plain micro-batch where it fits (nothing is cheaper);
+    else, of the streamed and the plain plan (`_choose_k` each), the one within the limit of least
+    `plan_cost`. The plain search stops beyond `PLAIN_K_FACTOR` times the streamed plan's K: its
+    per-micro-batch work then outweighs a second gather, and searching that far (slicing hundreds of
+    micro-batches per probe) would cost seconds per step. Raises a `BudgetTooSmallError` when neither
+    plans."""
     limit = budget_bytes * (1 - safety)
-    found, error = [], None
-    for stream in (False, True):
-        try:
-            # the streamed search starts afresh at K = 1: its K is not the plain plan's
-            built, rc = _choose_k(build, memory_model.with_stream(stream), budget_bytes, safety, n, recompute,
-                                  None if stream else start_k)
-        except BudgetTooSmallError as exc:
-            error = exc
-            continue
-        fits = max(built[2]) <= limit
-        if not stream and fits and not rc and len(built[1]) == 1:
-            return built, rc, stream
-        found.append((not fits, plan_cost(built[1], stream, rc), stream, built, rc))
+    plain = memory_model.with_stream(False)
+    whole = build(1, plain)
+    if max(whole[2]) <= limit:
+        return whole, False, False
+    found, error, cap = [], None, n
+    try:
+        # the streamed search starts afresh at K = 1: its K is not the plain plan's
+        built, rc = _choose_k(build, memory_model.with_stream(True), budget_bytes, safety, n, recompute, None)
+        found.append((max(built[2]) > limit, plan_cost(built[1], True, rc), True, built, rc))
+        cap = max(PLAIN_K_FACTOR * len(built[1]), PLAIN_K_MIN)
+    except BudgetTooSmallError as exc:
+        error = exc
+
+    def capped(k: int, model: MemoryModel):
+        if k > cap:
+            raise _BeyondCap
+        return build(k, model)
+
+    try:
+        built, rc = _choose_k(capped, plain, budget_bytes, safety, n, recompute, start_k)
+        found.append((max(built[2]) > limit, plan_cost(built[1], False, rc), False, built, rc))
+    except BudgetTooSmallError as exc:
+        error = error or exc
+    except _BeyondCap:
+        pass
     if not found:
         raise error
     _, _, stream, built, rc = min(found, key=lambda f: f[:3])
