@@ -154,7 +154,7 @@ def _register_stream(sub: argparse._SubParsersAction) -> None:
                        _OWN_DEFAULTS["stream"])
     p.add_argument("--graphs", default="flickr.npz,coauthor_cs.npz,amazon_computers.npz",
                    help="comma-separated gnn-benchmark files in the graphs directory ('' for none)")
-    p.add_argument("--narrow", default="synth-tiny",
+    p.add_argument("--narrow", default="synth-arxiv",
                    help="a generated dataset whose features are not wider than the first layer ('' for none)")
     p.add_argument("--models", default="gcn,gat,sage-mean", help="comma-separated subset of gcn,gat,sage-mean")
     p.add_argument("--fractions", type=lambda v: [float(x) for x in v.split(",")], default=[0.5, 0.25, 0.1],

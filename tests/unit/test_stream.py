@@ -94,8 +94,9 @@ def test_declarations_and_the_refusal():
 
 
 def test_chunk_rows_follow_the_budget():
-    assert chunk_rows(1000, None) == (16 << 20) // 4000
+    assert chunk_rows(1000, None) == (4 << 20) // 4000
     assert chunk_rows(1000, 64 << 20) == (2 << 20) // 4000  # a 32nd of the budget
+    assert chunk_rows(1000, 1 << 30) == (4 << 20) // 4000  # at most 4 MiB
     assert chunk_rows(1000, 1 << 20) == 16  # never below 16 rows
 
 
