@@ -26,8 +26,8 @@ The estimate is ``fixed_bytes + floor_bytes + scale * activation_bytes(shape)``:
 - the streamed input layer (``stream``, `cherry.execution.stream`): the first layer holds its narrow
   projection ``P`` and one chunk of gathered rows (``stream_chunk_rows``, or the micro-batch's rows
   when fewer) instead of the gathered rows, their dropped copy and the next micro-batch's prefetched rows (the
-  first layer's ``per_src_kept`` and ``per_src_prefetch``). Streamed and plain micro-batches share the
-  calibration: both are the same analytic model less or plus those rows.
+  first layer's ``per_src_kept`` and ``per_src_prefetch``). Streamed micro-batches are priced with the
+  plain calibration but do not calibrate it (`observe`).
 - ``largest_fitted_activation_bytes``: the largest analytic activation of a micro-batch that fitted in
   this run: the planner never refuses a micro-batch no larger than one that fitted;
   ``smallest_failed_seed_bytes``: the smallest single-seed micro-batch that ran out of memory (with and
@@ -307,7 +307,10 @@ class MemoryModel:
         priced = priced.with_stream(stream) if priced.stream != stream else priced
         self.error_history.append((priced.estimate_bytes(shape, recompute), int(measured_peak_bytes)))
         act = priced.activation_bytes(shape, recompute)
-        if act <= 0:
+        if act <= 0 or stream:
+            # a streamed micro-batch holds none of the input rows, whose real cost (a gather's
+            # transients) the plain scale must learn: calibrated by it, the plain plan looked cheap
+            # after a streamed step and overran (Flickr at half the K = 1 peak: 1.04 of the budget)
             return
         if recompute:  # calibrates recomputation's factor only: the plain scale and floor stay
             self._rc_samples.append((act, max(0.0, float(measured_peak_bytes - self.fixed_bytes))))
