@@ -1,6 +1,6 @@
 """`cherry bench stream`: the streamed input layer on real graphs with wide features.
 
-Per graph and model (2 layers, batch ``--batch-size``, fanouts ``--fanouts``, one thread by default),
+Per graph and model (2 layers, batch ``--batch-size``, fanouts ``--sample-fanouts``, one thread by default),
 on an emulated device (`DeviceMemory` with a capacity: the out-of-memory a GPU would raise):
 - the K = 1 peak unstreamed and streamed (``options.stream_inputs`` off and on, K fixed at 1);
 - at budgets of ``--fractions`` of the unstreamed K = 1 peak (the largest over the measured batches),
@@ -36,8 +36,8 @@ def _spec(args, dataset: str, model: str, k=None, budget=None, stream="auto"):
     name, _, aggr = model.partition("-")
     capacity = None if budget is None else int(budget / (1 - BUDGET_RESERVE_FRACTION)) + 1
     gat = name == "gat"
-    return make_spec(dataset=dataset, root=args.root, model=name, aggr=aggr or None, num_layers=len(args.fanouts),
-                     fanouts=args.fanouts, hidden=args.hidden // args.heads if gat else args.hidden, heads=args.heads,
+    return make_spec(dataset=dataset, root=args.root, model=name, aggr=aggr or None, num_layers=len(args.sample_fanouts),
+                     fanouts=args.sample_fanouts, hidden=args.hidden // args.heads if gat else args.hidden, heads=args.heads,
                      batch_size=args.batch_size, num_microbatches=k, budget_bytes=budget,
                      device_memory_bytes=capacity, evaluate=False, seed=args.seed, device=args.device,
                      options={"ordering": "none", "exactness_check": "off", "stream_inputs": stream})
@@ -168,7 +168,7 @@ def run(args) -> int:
     missing = [g for g in graphs if not (graphs_dir() / g).is_file()]
     if missing:
         raise ValueError(f"--graphs: {missing[0]} is not in {graphs_dir()} (the gnn-benchmark npz files)")
-    print(f"cherry bench stream: batch {args.batch_size}, fanouts {list(args.fanouts)}, hidden {args.hidden}, "
+    print(f"cherry bench stream: batch {args.batch_size}, fanouts {list(args.sample_fanouts)}, hidden {args.hidden}, "
           f"{args.steps} steps per epoch, {args.repeats} interleaved rounds, {torch.get_num_threads()} thread(s), "
           f"device {args.device} (emulated capacity: budget / 0.9)", flush=True)
     cases = []

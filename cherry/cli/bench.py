@@ -29,7 +29,7 @@ _OWN_DEFAULTS = {
     "budget": {"batch_size": 64, "hidden": 32, "steps": 100},
     "cache": {"dataset": "synth-papers", "batch_size": 256, "hidden": 64, "steps": 5},
     "exactness": {"dataset": "synth-arxiv", "warmup": 1},
-    "stream": {"hidden": 128, "fanouts": [15, 10], "batch_size": 1024, "steps": 2},
+    "stream": {"hidden": 128, "steps": 2},
 }
 
 
@@ -150,8 +150,10 @@ def _register_exactness(sub: argparse._SubParsersAction) -> None:
 def _register_stream(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stream", help="the streamed input layer on wide-feature graphs: K = 1 peaks, plans and "
                                       "epoch times at budgets below the K = 1 peak")
-    add_spec_arguments(p, ("root", "hidden", "heads", "fanouts", "batch_size", "steps", "device", "seed"),
-                       _OWN_DEFAULTS["stream"])
+    add_spec_arguments(p, ("root", "hidden", "heads", "batch_size", "steps", "device", "seed"), _OWN_DEFAULTS["stream"])
+    # the wide-feature measurement's own sampling (the run schema's fanouts stay the other benches')
+    p.add_argument("--sample-fanouts", type=lambda v: [int(x) for x in v.split(",")], default=[15, 10],
+                   help="fanouts per layer, input layer first (default: 15,10)")
     p.add_argument("--graphs", default="flickr.npz,coauthor_cs.npz,amazon_computers.npz",
                    help="comma-separated gnn-benchmark files in the graphs directory ('' for none)")
     p.add_argument("--narrow", default="synth-arxiv",
