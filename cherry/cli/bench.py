@@ -1,4 +1,4 @@
-"""`cherry bench ops|kernels|engine|systems|planner|interop|budget|cache|exactness`: side-by-side benchmarks
+"""`cherry bench ops|kernels|engine|systems|planner|interop|budget|cache|exactness|stream`: side-by-side benchmarks
 that print ratios measured in one run.
 
 The command line of each benchmark is defined here; the measuring lives in
@@ -16,7 +16,7 @@ import importlib
 from cherry.cli.options import add_spec_arguments, non_negative_int, positive_int, size_bytes
 from cherry.outputs import DIR, add_output
 
-BENCHMARKS = ("ops", "kernels", "engine", "systems", "planner", "interop", "budget", "cache", "exactness")
+BENCHMARKS = ("ops", "kernels", "engine", "systems", "planner", "interop", "budget", "cache", "exactness", "stream")
 _PLANNER_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-arxiv,synth-products"
 # Where a benchmark's setting differs from the run schema's default (the rest are the schema's).
 _OWN_DEFAULTS = {
@@ -29,6 +29,7 @@ _OWN_DEFAULTS = {
     "budget": {"batch_size": 64, "hidden": 32, "steps": 100},
     "cache": {"dataset": "synth-papers", "batch_size": 256, "hidden": 64, "steps": 5},
     "exactness": {"dataset": "synth-arxiv", "warmup": 1},
+    "stream": {"hidden": 128, "steps": 2},
 }
 
 
@@ -144,6 +145,28 @@ def _register_exactness(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=positive_int, default=None)
     add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("exactness"))
+
+
+def _register_stream(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stream", help="the streamed input layer on wide-feature graphs: K = 1 peaks, plans and "
+                                      "epoch times at budgets below the K = 1 peak")
+    add_spec_arguments(p, ("root", "hidden", "heads", "batch_size", "steps", "device", "seed"), _OWN_DEFAULTS["stream"])
+    # the wide-feature measurement's own sampling (the run schema's fanouts stay the other benches')
+    p.add_argument("--sample-fanouts", type=lambda v: [int(x) for x in v.split(",")], default=[15, 10],
+                   help="fanouts per layer, input layer first (default: 15,10)")
+    p.add_argument("--graphs", default="flickr.npz,coauthor_cs.npz,amazon_computers.npz",
+                   help="comma-separated gnn-benchmark files in the graphs directory ('' for none)")
+    p.add_argument("--narrow", default="synth-arxiv",
+                   help="a generated dataset whose features are not wider than the first layer ('' for none)")
+    p.add_argument("--models", default="gcn,gat,sage-mean", help="comma-separated subset of gcn,gat,sage-mean")
+    p.add_argument("--fractions", type=lambda v: [float(x) for x in v.split(",")], default=[0.5, 0.25, 0.1],
+                   help="budgets as fractions of the unstreamed K = 1 peak")
+    p.add_argument("--repeats", type=positive_int, default=3, help="interleaved rounds (epochs per configuration)")
+    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--quick", action="store_true",
+                   help="a small check (amazon_computers.npz, GCN, 1 step, 2 rounds): what the GPU check runs")
+    add_output(p, "--json", default=None, metavar="OUT")
+    p.set_defaults(func=_runner("stream"))
 
 
 def _register_budget(sub: argparse._SubParsersAction) -> None:

@@ -7,8 +7,9 @@ by ``torch.autograd.grad`` added into accumulators with one ``_foreach_add_``, a
 single optimizer step. Micro-batch ``k + 1`` is prepared by a background thread while ``k`` computes.
 
 Invariants:
-- One forward: every path (plain, pipelined, recomputed, cached) calls ``model(blocks, x)``; a path
-  wraps it, never re-implements the model's loop.
+- One forward: every path (plain, pipelined, recomputed, cached, streamed) calls ``model(blocks, x)``;
+  a path wraps it, never re-implements the model's loop. A streamed micro-batch
+  (`cherry.execution.stream`) keeps its wrapper open over backward, which gathers its rows again.
 - Exactly-once gradients: a micro-batch's gradients reach the accumulators only after its backward
   completed; an out-of-memory re-plans the seeds not yet done (`cherry.execution.recovery`).
 - Same dropout masks in every micro-batch of a step: before the first, the model's `NodeDropout`
@@ -35,6 +36,7 @@ from cherry.execution.recompute import can_recompute, no_units_error, recomputed
 from cherry.execution.recovery import (MicrobatchOutOfMemoryError, Replanner, SingleSeedMicrobatchOutOfMemoryError,
                                        StepPlan, recover)
 from cherry.execution.staging import PreparedInputs, StagedBatch, Staging
+from cherry.execution.stream import can_stream, check_streamable, chunk_rows, input_projections, streamed
 from cherry.models.dropout import set_dropout_step, step_seed
 from cherry.models.sage import reads_degree_layouts
 from cherry.planning import BatchShape, BudgetTooSmallError, MemoryModel, MicrobatchPlan, plan_microbatches
@@ -90,6 +92,10 @@ class MicrobatchExecutor:
         self._can_recompute = can_recompute(model)
         if options.recompute == "on" and not self._can_recompute:
             raise no_units_error(model)
+        if options.stream_inputs == "on":
+            check_streamable(model)  # one line naming the first layer, before any work
+        self._can_stream = can_stream(model)
+        self._set_stream_chunk()
 
     # -- configuration -------------------------------------------------------------------------
     @property
@@ -116,6 +122,17 @@ class MicrobatchExecutor:
             self._base_fixed_bytes += cache.nbytes
         self.memory_model.fixed_bytes = self._base_fixed_bytes
 
+    def _set_stream_chunk(self) -> None:
+        """Rows per streamed chunk, from the budget, told to the memory model (which prices them as the
+        first layer's kept floats: the gathered rows and, with input dropout, their dropped copy)."""
+        if not self._can_stream:
+            self.stream_chunk_rows = 0
+            return
+        layer = self.model.layers[0]
+        width = getattr(layer, next(iter(input_projections(self.model)))).in_features
+        self.stream_chunk_rows = chunk_rows(width, self.options.budget_bytes)
+        self.memory_model.stream_chunk_rows = self.stream_chunk_rows
+
     @contextmanager
     def overridden(self, isolated: bool = False, **changes) -> Iterator["MicrobatchExecutor"]:
         """The executor with ``options`` changed by ``changes`` inside the block (e.g. a fixed K for a
@@ -133,13 +150,14 @@ class MicrobatchExecutor:
     # -- planning -------------------------------------------------------------------------------
     def plan(self, blocks: Blocks, positions: Optional[torch.Tensor] = None,
              num_microbatches: Optional[int] = None, memory_model: Optional[MemoryModel] = None,
-             recompute: Optional[str] = None, refine: bool = True) -> MicrobatchPlan:
+             recompute: Optional[str] = None, refine: bool = True, stream: Optional[str] = None) -> MicrobatchPlan:
         """The plan of ``blocks`` (of the seeds at ``positions``). A fixed K larger than the seeds to
         plan (an epoch's smaller last batch) is cut to one seed per micro-batch. An out-of-memory while
         planning (the slicing itself does not fit) is a `BudgetTooSmallError`: no K can help. For a
         model that reads degree layouts (an LSTM aggregator) every micro-batch carries its layout.
         ``recompute`` overrides ``options.recompute`` (a recovery's escalation); ``refine=False``
-        plans the contiguous split only (`plan_microbatches`)."""
+        plans the contiguous split only (`plan_microbatches`); ``stream`` overrides
+        ``options.stream_inputs`` (a recovery keeps a streamed step streamed)."""
         if num_microbatches is not None:
             num_microbatches = min(num_microbatches, blocks.num_seeds if positions is None else positions.numel())
         try:
@@ -149,6 +167,7 @@ class MicrobatchExecutor:
                 balance=self.options.balance, safety=self.options.safety, positions=positions,
                 recompute=(recompute or self.options.recompute) if self._can_recompute else "off",
                 start_k=self._last_k if positions is None else None, refine=refine,
+                stream=(stream or self.options.stream_inputs) if self._can_stream else "off",
             )
         except torch.OutOfMemoryError as exc:
             raise BudgetTooSmallError(f"the device memory cannot hold even the planning of a batch of "
@@ -222,7 +241,7 @@ class MicrobatchExecutor:
             with self.probe.phase("plan"):
                 plan = self.plan(blocks, num_microbatches=self.options.num_microbatches)
         work = StepPlan(list(plan.seed_groups), list(plan.microbatches), [], list(plan.estimated_bytes),
-                        plan.recompute)
+                        plan.recompute, plan.stream)
         work.device_parts = self.staging.to_device(work.parts, blocks.num_seeds)
         redundancy = plan.redundancy
         del plan, planned  # the step plan owns the parts: a re-plan after an out-of-memory can free them
@@ -235,7 +254,7 @@ class MicrobatchExecutor:
             num_microbatches=len(work.parts), num_oom_recoveries=totals.recoveries, staged_features=stage,
             estimated_peak_bytes=max(work.estimates),
             measured_peak_bytes=max(totals.measured_peaks) if totals.measured_peaks else None,
-            redundancy=redundancy, recompute=work.recompute, feature_rows_read=totals.rows_read,
+            redundancy=redundancy, recompute=work.recompute, streamed=work.stream, feature_rows_read=totals.rows_read,
             feature_rows_missed=totals.rows_missed,
             feature_bytes_moved=totals.rows_missed * features.shape[1] * features.element_size(),
         )
@@ -266,7 +285,7 @@ class MicrobatchExecutor:
                     self.memory.reset_peak()
                 with self.probe.phase("gather"):
                     prepared, future = self._inputs(k, work, staged, features, labels_of_seeds, future, totals)
-                with self.probe.phase("forward_backward"):
+                with self.probe.phase("forward_backward"), self._streaming(prepared):
                     logits = self.forward(prepared, work.recompute)
                     loss = F.cross_entropy(logits, prepared.y, reduction="sum") / blocks.num_seeds
                     grads = torch.autograd.grad(loss, self.params, allow_unused=True)
@@ -290,9 +309,15 @@ class MicrobatchExecutor:
                 peak = int(self.memory.peak_bytes())
                 totals.measured_peaks.append(peak)
                 self.memory_model.observe(shape, max(peak - work.resident_bytes + unallocated, 0),
-                                          recompute=work.recompute, prefetched=len(work.parts) > 1)
+                                          recompute=work.recompute, prefetched=len(work.parts) > 1,
+                                          stream=work.stream)
             k += 1
         return totals
+
+    def _streaming(self, prepared: PreparedInputs):
+        """The streamed input layer's wrapper for ``prepared`` (open over forward and backward), or
+        nothing when it carries its rows."""
+        return streamed(self.model, prepared.source, prepared.x) if prepared.source is not None else nullcontext()
 
     def forward(self, prepared: PreparedInputs, recompute: bool) -> torch.Tensor:
         """The model's one forward on one micro-batch; with ``recompute``, the same forward with each
@@ -307,7 +332,7 @@ class MicrobatchExecutor:
         future preparing ``k + 1`` when pipelining."""
         def prepare(j: int) -> PreparedInputs:
             return self.staging.prepare(work.parts[j], work.device_parts[j], work.groups[j], staged, features,
-                                        labels_of_seeds)
+                                        labels_of_seeds, self.stream_chunk_rows if work.stream else 0)
 
         prepared = prepare(k) if future is None else future.result()
         self.staging.use(prepared)
@@ -343,7 +368,8 @@ class MicrobatchExecutor:
         """Re-plan the step from micro-batch ``k`` (`cherry.execution.recovery.recover`)."""
         def plan(positions: torch.Tensor, recompute: Optional[str], num_microbatches: Optional[int]):
             with self.probe.phase("plan"):
-                return self.plan(blocks, positions=positions, recompute=recompute, num_microbatches=num_microbatches)
+                return self.plan(blocks, positions=positions, recompute=recompute, num_microbatches=num_microbatches,
+                                 stream="on" if work.stream else None)
 
         how = Replanner(self.options, self.memory_model,
                         getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes,

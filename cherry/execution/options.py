@@ -38,6 +38,8 @@ class ExecutorOptions:
     max_oom_recoveries: int = 8
     dropout_seed: int = 0  # with the step count, seeds every step's dropout masks (cherry.models.dropout)
     recompute: str = "auto"  # per-layer recomputation: "auto" (when K alone cannot fit), "on", "off"
+    # the streamed input layer (cherry.execution.stream): "auto" (the cheaper plan that fits), "on", "off"
+    stream_inputs: str = "auto"
     # partition invariance of the gradient, checked by the engine (cherry.execution.partition_check):
     # "first-step", "every:N" (steps 1, N + 1, 2N + 1, ...) or "off"
     exactness_check: str = "off"
@@ -51,6 +53,8 @@ class ExecutorOptions:
             raise ValueError(f"budget_bytes must be positive, got {self.budget_bytes}")
         if self.recompute not in ("auto", "on", "off"):
             raise ValueError(f"recompute must be 'auto', 'on' or 'off', got {self.recompute!r}")
+        if self.stream_inputs not in ("auto", "on", "off"):
+            raise ValueError(f"stream_inputs must be 'auto', 'on' or 'off', got {self.stream_inputs!r}")
         check_every(self.exactness_check)  # raises on a malformed value
 
     def checks_step(self, step: int) -> bool:
@@ -70,7 +74,7 @@ class ExecutorOptions:
         base = ExecutorOptions(num_microbatches=num_microbatches, budget_bytes=budget_bytes,
                                stage_features=o["stage_features"], pipeline=o["pipeline"], balance=o["balance"],
                                safety=o["safety"], recover_oom=num_microbatches is None,
-                               recompute=o.get("recompute", "auto"),
+                               recompute=o.get("recompute", "auto"), stream_inputs=o.get("stream_inputs", "auto"),
                                exactness_check=o.get("exactness_check", "first-step"))
         return dataclasses.replace(base, **changes)
 
@@ -90,7 +94,8 @@ class ExecutorOptions:
             num_microbatches=fixed_k, budget_bytes=budget_bytes,
             stage_features=o["stage_features"], pipeline=o["pipeline"], balance=o["balance"], safety=o["safety"],
             recover_oom=spec.num_microbatches is None, dropout_seed=spec.seed,
-            recompute=o.get("recompute", "auto"), exactness_check=o.get("exactness_check", "first-step"),
+            recompute=o.get("recompute", "auto"), stream_inputs=o.get("stream_inputs", "auto"),
+            exactness_check=o.get("exactness_check", "first-step"),
         )
 
 
@@ -108,6 +113,7 @@ class StepStats:
     measured_peak_bytes: Optional[int]
     redundancy: tuple[float, ...]
     recompute: bool = False  # micro-batches ran with per-layer activation recomputation
+    streamed: bool = False  # micro-batches streamed their input layer (cherry.execution.stream)
     # input-feature traffic, counted as a GPU run moves it (`_rows_moved`): rows read by the step's
     # gathers, those of them not on the device (misses), and the misses' bytes moved host-to-device
     feature_rows_read: int = 0

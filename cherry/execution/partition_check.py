@@ -139,7 +139,9 @@ def check_step(executor, blocks, features: torch.Tensor, labels: torch.Tensor, s
     first = _off_device(executor, lambda: _host_copy(executor.gradients()))
     try:
         with executor.overridden(isolated=True):
-            plan = executor.plan(blocks, num_microbatches=second_k, recompute=mode)
+            # a streamed step's second split streams too: it must fit where the first did
+            plan = executor.plan(blocks, num_microbatches=second_k, recompute=mode,
+                                 stream="on" if getattr(stats, "streamed", False) else None)
             second = executor.accumulate(blocks, features, labels, plan=plan, replay=True)
         differences = _off_device(executor, lambda: compare(names, first, _host_copy(executor.gradients())))
     except (torch.OutOfMemoryError, BudgetTooSmallError) as exc:

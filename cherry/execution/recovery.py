@@ -38,6 +38,7 @@ class StepPlan:
     device_parts: list[Blocks]  # their index buffers on the device
     estimates: list[int]  # estimated peak bytes of each micro-batch
     recompute: bool
+    stream: bool = False  # the first layer streams its input rows
 
     @property
     def resident_bytes(self) -> int:
@@ -65,7 +66,8 @@ def recover(step: StepPlan, k: int, shape: BatchShape, recoveries: int, oom_mess
     single = step.groups[k].numel() == 1
     escalate = single and not step.recompute and how.can_recompute and how.options.recompute != "off"
     if how.capacity_bytes is not None:  # evidence, also when nothing is left to try: the next plan refuses on it
-        how.memory_model.observe_oom(shape, how.capacity_bytes - step.resident_bytes, recompute=step.recompute)
+        how.memory_model.observe_oom(shape, how.capacity_bytes - step.resident_bytes, recompute=step.recompute,
+                                     stream=step.stream)
     options = how.options
     if (not options.recover_oom or options.budget_bytes is None
             or recoveries >= options.max_oom_recoveries or (single and not escalate)):
@@ -89,3 +91,4 @@ def recover(step: StepPlan, k: int, shape: BatchShape, recoveries: int, oom_mess
     step.device_parts[k:] = how.to_device(step.parts[k:])
     step.estimates[k:] = list(replan.estimated_bytes)
     step.recompute = replan.recompute
+    step.stream = replan.stream

@@ -24,6 +24,7 @@ from typing import Optional
 import torch
 
 from cherry.execution.feature_cache import FeatureCache, moved_rows
+from cherry.execution.stream import RowSource
 from cherry.execution.transfer import PinnedRows, blocks_to_device, index_tensors
 from cherry.planning import BudgetTooSmallError
 from cherry.planning.plan import resident_index_bytes
@@ -42,6 +43,7 @@ class PreparedInputs:
     ready: Optional["torch.cuda.Event"] = None  # end of its preparation on the side stream
     rows_read: int = 0  # feature rows this preparation gathered (0 when it read staged rows)
     rows_missed: int = 0  # of them, rows moved host-to-device
+    source: Optional[RowSource] = None  # a streamed micro-batch's rows, gathered on demand (x: a placeholder)
 
     def tensors(self) -> list[torch.Tensor]:
         return [self.x, self.y, *index_tensors([self.blocks])]
@@ -76,6 +78,7 @@ class Staging:
         self.side_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.pinned = PinnedRows(slots=2)  # per-micro-batch rows (prepared one ahead)
         self.pinned_stage = PinnedRows(slots=1)  # the whole batch's rows, once per step
+        self.pinned_chunks = PinnedRows(slots=2)  # a streamed input layer's chunks
         self.cache: Optional[FeatureCache] = None  # the device-resident feature rows
 
     # -- decisions and counts ------------------------------------------------------------------
@@ -141,14 +144,20 @@ class Staging:
                 f"{first}); give more device memory or a smaller batch") from None
 
     def prepare(self, mb: Blocks, on_device: Blocks, group: torch.Tensor, staged: StagedBatch,
-                features: torch.Tensor, labels_of_seeds: torch.Tensor) -> PreparedInputs:
+                features: torch.Tensor, labels_of_seeds: torch.Tensor, stream_rows: int = 0) -> PreparedInputs:
         """Inputs of one micro-batch on the device (``mb`` on the host, ``on_device`` its copy made by
         `to_device`). On a GPU the gathers and copies are queued on the side stream and an event marks
-        their end; nothing here waits for the device. Runs on the preparation thread when pipelining."""
+        their end; nothing here waits for the device. Runs on the preparation thread when pipelining.
+        ``stream_rows`` > 0: the input rows are not gathered here but by the streamed input layer, in
+        chunks of that many rows, from the same place (`row_source`), twice (forward and backward)."""
         stream = self.side_stream
         with torch.cuda.stream(stream) if stream is not None else nullcontext():
             read = missed = 0
-            if staged.rows is not None:
+            source = None
+            if stream_rows > 0:
+                source = self.row_source(mb, on_device, staged, features, stream_rows)
+                x = source.placeholder(features.dtype)
+            elif staged.rows is not None:
                 positions = on_device.input_positions
                 x = staged.rows if positions is None else staged.rows.index_select(0, positions)
             elif self.cache is not None:
@@ -157,9 +166,29 @@ class Staging:
                 x = self.pinned.gather(features, mb.input_nodes.to(features.device), self.device)
             if staged.rows is None and not staged.counted_staged:
                 read, missed = self.rows_moved(mb.input_nodes, features)
+                if source is not None:
+                    read, missed = 2 * read, 2 * missed
             y = labels_of_seeds.index_select(0, group).to(self.device, non_blocking=stream is not None)
             ready = stream.record_event() if stream is not None else None
-        return PreparedInputs(on_device, x, y, ready, read, missed)
+        return PreparedInputs(on_device, x, y, ready, read, missed, source)
+
+    def row_source(self, mb: Blocks, on_device: Blocks, staged: StagedBatch, features: torch.Tensor,
+                   rows: int) -> RowSource:
+        """Where a streamed micro-batch reads its input rows, ``rows`` at a time: the staged rows, the
+        feature cache, or the host table through pinned buffers, as `prepare` would gather them whole."""
+        if staged.rows is not None:
+            positions = on_device.input_positions
+            if positions is None:
+                gather = lambda a, b: staged.rows[a:b]  # noqa: E731
+            else:
+                gather = lambda a, b: staged.rows.index_select(0, positions[a:b])  # noqa: E731
+        elif self.cache is not None:
+            nodes = on_device.input_nodes
+            gather = lambda a, b: self.cache.gather(nodes[a:b])  # noqa: E731
+        else:
+            host = mb.input_nodes.to(features.device)
+            gather = lambda a, b: self.pinned_chunks.gather(features, host[a:b], self.device)  # noqa: E731
+        return RowSource(gather, on_device.input_nodes, int(features.shape[1]), rows)
 
     def use(self, prepared: PreparedInputs) -> None:
         """Order the compute stream after ``prepared``'s preparation (no host wait), tell the allocator

@@ -43,6 +43,10 @@ class GATConv(nn.Module):
         nn.init.xavier_normal_(self.attn_r, gain=gain)
         nn.init.zeros_(self.bias)
 
+    def input_projections(self) -> dict[str, str]:
+        """``fc`` maps every input row first: streamable (`cherry.execution.stream`) when it narrows them."""
+        return {"fc": "src"} if self.in_dim > self.heads * self.out_dim else {}
+
     def forward(self, block: Block, h: torch.Tensor) -> torch.Tensor:
         num_dst, heads, out_dim = block.num_dst, self.heads, self.out_dim
         z = self.fc(h).view(-1, heads, out_dim)  # [S, H, F]

@@ -36,6 +36,11 @@ class GCNConv(nn.Module):
         nn.init.xavier_uniform_(self.fc.weight)
         nn.init.zeros_(self.bias)
 
+    def input_projections(self) -> dict[str, str]:
+        """``fc`` maps every input row first when it narrows them: the streamed input layer may compute
+        it chunk by chunk (`cherry.execution.stream`)."""
+        return {"fc": "src"} if self.in_dim > self.out_dim else {}
+
     def forward(self, block: Block, h: torch.Tensor) -> torch.Tensor:
         # Apply W first when it narrows the rows (fewer values per edge), as DGL does; W is linear, so
         # both orders give the same result.

@@ -107,6 +107,11 @@ class SAGEConv(nn.Module):
         elif self.aggr == "lstm":
             self.lstm.reset_parameters()
 
+    def input_projections(self) -> dict[str, str]:
+        """With the mean aggregator and ``in_dim > out_dim``, ``fc_neigh`` maps every input row before
+        aggregating and ``fc_self`` the destination rows: streamable (`cherry.execution.stream`)."""
+        return {"fc_neigh": "src", "fc_self": "dst"} if self.aggr == "mean" and self.in_dim > self.out_dim else {}
+
     def forward(self, block: Block, h: torch.Tensor) -> torch.Tensor:
         h_dst = h[: block.num_dst]
         if self.aggr == "mean":

@@ -23,6 +23,11 @@ The estimate is ``fixed_bytes + floor_bytes + scale * activation_bytes(shape)``:
   (`observe_oom`) is evidence and may raise the scale past those bounds. Recomputed micro-batches
   are priced at ``scale * recompute_factor``: the factor starts at `RECOMPUTE_PRIOR` and is
   calibrated by recomputed measurements only (they leave the plain scale and floor alone).
+- the streamed input layer (``stream``, `cherry.execution.stream`): the first layer holds its narrow
+  projection ``P`` and one chunk of gathered rows (``stream_chunk_rows``, or the micro-batch's rows
+  when fewer) instead of the gathered rows, their dropped copy and the next micro-batch's prefetched rows (the
+  first layer's ``per_src_kept`` and ``per_src_prefetch``). Streamed micro-batches are priced with the
+  plain calibration but do not calibrate it (`observe`).
 - ``largest_fitted_activation_bytes``: the largest analytic activation of a micro-batch that fitted in
   this run: the planner never refuses a micro-batch no larger than one that fitted;
   ``smallest_failed_seed_bytes``: the smallest single-seed micro-batch that ran out of memory (with and
@@ -165,6 +170,8 @@ class MemoryModel:
     floor_bytes: int = 0
     recompute: bool = False
     recompute_factor: float = RECOMPUTE_PRIOR  # recomputation's scale over ``scale`` (module docstring)
+    stream: bool = False  # price the streamed input layer (module docstring)
+    stream_chunk_rows: int = 0  # rows of one streamed chunk (gathered, and dropped with input dropout)
     largest_fitted_activation_bytes: float = 0.0
     smallest_failed_seed_bytes: dict = field(default_factory=dict)  # recompute? -> activation of a seed that ran out
     error_history: list[tuple[int, int]] = field(default_factory=list)
@@ -191,6 +198,35 @@ class MemoryModel:
         """This model (same calibration, shared history) pricing per-layer recomputation or not."""
         return dataclasses.replace(self, recompute=recompute)
 
+    def with_stream(self, stream: bool = True) -> "MemoryModel":
+        """This model (same calibration, shared history) pricing the streamed input layer or not."""
+        return dataclasses.replace(self, stream=stream)
+
+    @property
+    def active_costs(self) -> tuple[LayerCost, ...]:
+        """The per-layer costs priced: with ``stream``, the first layer holds no gathered rows."""
+        if not self.stream:
+            return self.costs
+        first = self.costs[0]
+        rows = first.per_src_kept + first.per_src_prefetch
+        streamed = dataclasses.replace(first, per_src=max(first.per_src - rows, 0.0), per_src_kept=0.0,
+                                       per_src_prefetch=0.0)
+        return (streamed,) + self.costs[1:]
+
+    def _chunk_floats(self, num_src):
+        """Floats of the streamed chunk of a micro-batch of ``num_src`` input rows (an int or a float64
+        tensor of them): 0 unless streamed."""
+        if not self.stream:
+            return 0
+        rows = num_src.clamp(max=self.stream_chunk_rows) if isinstance(num_src, torch.Tensor) else \
+            min(num_src, self.stream_chunk_rows)
+        return rows * self.costs[0].per_src_kept
+
+    @property
+    def stream_saves(self) -> bool:
+        """Whether streaming the input layer prices below the plain layer (the first layer holds rows)."""
+        return self.costs[0].per_src_kept > 0
+
     def snapshot(self, fixed_bytes: int | None = None) -> "MemoryModel":
         """A frozen-in-time copy (for planning on another thread), with ``fixed_bytes`` if given."""
         return dataclasses.replace(self, fixed_bytes=self.fixed_bytes if fixed_bytes is None else int(fixed_bytes),
@@ -202,16 +238,17 @@ class MemoryModel:
         if len(shape.layers) != len(self.costs):
             raise ValueError(f"batch has {len(shape.layers)} layers, the model has {len(self.costs)}")
         return [c.per_src * s.num_src + c.per_dst * s.num_dst + c.per_edge * s.num_edges
-                for c, s in zip(self.costs, shape.layers)]
+                for c, s in zip(self.active_costs, shape.layers)]
 
     def activation_bytes(self, shape: BatchShape, recompute: bool | None = None) -> float:
         """Analytic activation bytes of ``shape``, with recomputation if ``recompute`` (None: the
         model's own setting)."""
         layers = self._layer_floats(shape)
+        chunk = self._chunk_floats(shape.layers[0].num_src) * FLOAT_BYTES
         if not (self.recompute if recompute is None else recompute):
-            return sum(layers) * FLOAT_BYTES
-        kept = [c.per_src_kept * s.num_src for c, s in zip(self.costs, shape.layers)]
-        return (sum(kept) + max(_internal(layers, kept))) * FLOAT_BYTES
+            return sum(layers) * FLOAT_BYTES + chunk
+        kept = [c.per_src_kept * s.num_src for c, s in zip(self.active_costs, shape.layers)]
+        return (sum(kept) + max(_internal(layers, kept))) * FLOAT_BYTES + chunk
 
     def scale_for(self, recompute: bool | None = None) -> float:
         """The calibrated scale of plain (or, with ``recompute``, recomputed) micro-batches; None: the
@@ -231,16 +268,19 @@ class MemoryModel:
         counts = shapes.detach().to("cpu", torch.float64)
         floats = 0
         per_layer, kept = [], 0
-        for l, c in enumerate(self.costs):  # left to right, as activation_bytes sums its generator
+        costs = self.active_costs
+        for l, c in enumerate(costs):  # left to right, as activation_bytes sums its generator
             s = counts[..., l, :]
             layer = c.per_src * s[..., 0] + c.per_dst * s[..., 1] + c.per_edge * s[..., 2]
             floats = floats + layer
             per_layer.append(layer)
             kept = kept + c.per_src_kept * s[..., 0]
         if self.recompute:
-            kept_rows = [c.per_src_kept * counts[..., l, 0] for l, c in enumerate(self.costs)]
+            kept_rows = [c.per_src_kept * counts[..., l, 0] for l, c in enumerate(costs)]
             floats = kept + torch.stack(_internal(per_layer, kept_rows)).amax(0)
-        return torch.ceil(self.fixed_bytes + self.floor_bytes + self.scale_for() * (floats * FLOAT_BYTES)).to(torch.int64)
+        chunk = self._chunk_floats(counts[..., 0, 0]) * FLOAT_BYTES
+        return torch.ceil(self.fixed_bytes + self.floor_bytes
+                          + self.scale_for() * (floats * FLOAT_BYTES + chunk)).to(torch.int64)
 
     @property
     def is_calibrated(self) -> bool:
@@ -258,15 +298,19 @@ class MemoryModel:
         return failed is not None and self.activation_bytes(shape) >= failed
 
     def observe(self, shape: BatchShape, measured_peak_bytes: int, recompute: bool = False,
-                prefetched: bool = True) -> None:
+                prefetched: bool = True, stream: bool = False) -> None:
         """Record a measured peak for ``shape`` (run with recomputation if ``recompute``) and
         recalibrate (see module docstring): a recomputed micro-batch calibrates `recompute_factor`
         only (an upper envelope of its measured over its plain-scaled estimate, over the last
         `RC_WINDOW`, moved by at most `MAX_STEP`), so that both ways share the plain scale and floor."""
         priced = self if prefetched else self.without_prefetch()  # (K = 1: nothing was prefetched)
+        priced = priced.with_stream(stream) if priced.stream != stream else priced
         self.error_history.append((priced.estimate_bytes(shape, recompute), int(measured_peak_bytes)))
         act = priced.activation_bytes(shape, recompute)
-        if act <= 0:
+        if act <= 0 or stream:
+            # a streamed micro-batch holds none of the input rows, whose real cost (a gather's
+            # transients) the plain scale must learn: calibrated by it, the plain plan looked cheap
+            # after a streamed step and overran (Flickr at half the K = 1 peak: 1.04 of the budget)
             return
         if recompute:  # calibrates recomputation's factor only: the plain scale and floor stay
             self._rc_samples.append((act, max(0.0, float(measured_peak_bytes - self.fixed_bytes))))
@@ -289,13 +333,14 @@ class MemoryModel:
         self.scale = min(cover, high)
         self._refit_floor()
 
-    def observe_oom(self, shape: BatchShape, capacity_bytes: int, recompute: bool = False) -> None:
+    def observe_oom(self, shape: BatchShape, capacity_bytes: int, recompute: bool = False,
+                    stream: bool = False) -> None:
         """An out-of-memory at ``shape`` proves its true peak exceeds ``capacity_bytes``: the estimate
         of ``shape`` becomes at least 10% above it, by the scale (evidence may pass the bounds). The
         point does not enter the window: as an upper envelope's point, one huge failed micro-batch (a
         hub's seed) would lift the floor of every micro-batch to the capacity. A single seed's failure
-        is kept as evidence (`has_failed`)."""
-        act = self.activation_bytes(shape, recompute)
+        is kept as evidence (`has_failed`). ``stream``: the micro-batch streamed its input layer."""
+        act = self.with_stream(stream).activation_bytes(shape, recompute)
         if act <= 0:
             return
         if shape.num_seeds == 1:

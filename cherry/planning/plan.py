@@ -14,7 +14,11 @@ of evidence that such a seed ran out of memory, the estimate is within `TRY_FACT
 Calibration alone never refuses a step, evidence does: the executor's out-of-memory path re-plans,
 with recomputation, and records the evidence. Otherwise, with ``recompute="auto"``, the smallest
 K with per-layer recomputation (`MemoryModel.with_recompute`) is chosen; ``"on"`` plans with it from
-the start, ``"off"`` never. What is left raises `BudgetTooSmallError`, naming the estimate, the
+the start, ``"off"`` never. ``stream`` says whether the first layer streams its input rows
+(`MemoryModel.with_stream`): ``"on"`` and ``"off"`` plan with or without it; ``"auto"`` (with a budget,
+where streaming prices lower) plans both ways and keeps the cheaper plan that fits, by `plan_cost`:
+a few streamed micro-batches (each input row gathered twice) or more plain ones (each row gathered,
+and its layer computed, once per micro-batch that reads it). What is left raises `BudgetTooSmallError`, naming the estimate, the
 budget, the safety margin and the smallest budgets that would fit with and without recomputation.
 
 Refinement (``refine=True``, K > 1): the contiguous split in locality order is one candidate;
@@ -116,6 +120,20 @@ class BudgetTooSmallError(ValueError):
 
 
 RECOMPUTE_MODES = ("auto", "on", "off")
+STREAM_MODES = ("auto", "on", "off")
+# `plan_cost`'s priors: a gathered input row's share of its micro-batch's work per row (the first
+# layer's GEMMs and the layers above dominate on a CPU and a GPU alike: the gather is a copy), and
+# recomputation's extra forward
+GATHER_SHARE = 0.25
+RECOMPUTE_COST = 1.3
+PLAIN_K_FACTOR, PLAIN_K_MIN = 4, 8  # the plain plans `stream="auto"` weighs against a streamed one of K
+
+
+def plan_cost(parts, stream: bool, recompute: bool) -> float:
+    """A plan's relative epoch cost: its micro-batches' summed input rows, each gathered once (twice
+    when streamed) and computed once (a recomputed forward again). What ``stream="auto"`` minimises."""
+    rows = sum(p.layers[0].num_src for p in parts)
+    return rows * (1 + (2 if stream else 1) * GATHER_SHARE) * (RECOMPUTE_COST if recompute else 1.0)
 
 
 @dataclass(frozen=True)
@@ -128,6 +146,7 @@ class MicrobatchPlan:
     budget_bytes: Optional[int]
     redundancy: tuple[float, ...]  # per layer, input layer first: sum of parts' sources / whole's
     recompute: bool = False  # run with per-layer activation recomputation (checkpointing)
+    stream: bool = False  # the first layer streams its input rows (`cherry.execution.stream`)
 
     @property
     def num_microbatches(self) -> int:
@@ -136,6 +155,22 @@ class MicrobatchPlan:
     @property
     def max_estimated_bytes(self) -> int:
         return max(self.estimated_bytes)
+
+
+def _check_settings(num_microbatches, budget_bytes, safety, recompute, stream, start_k) -> None:
+    """One-line ValueError for a `plan_microbatches` setting out of its range."""
+    if num_microbatches is None and budget_bytes is None:
+        raise ValueError("give num_microbatches or budget_bytes (neither was set)")
+    if budget_bytes is not None and budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    if not 0 <= safety < 1:
+        raise ValueError(f"safety must be in [0, 1), got {safety}")
+    if recompute not in RECOMPUTE_MODES:
+        raise ValueError(f"recompute must be one of {RECOMPUTE_MODES}, got {recompute!r}")
+    if stream not in STREAM_MODES:
+        raise ValueError(f"stream must be one of {STREAM_MODES}, got {stream!r}")
+    if start_k is not None and start_k < 1:
+        raise ValueError(f"start_k must be >= 1, got {start_k}")
 
 
 def plan_microbatches(
@@ -150,6 +185,7 @@ def plan_microbatches(
     refine: bool = True,
     recompute: str = "auto",
     start_k: Optional[int] = None,
+    stream: str = "off",
 ) -> MicrobatchPlan:
     """Plan the micro-batches of ``blocks`` (or of the seeds at ``positions`` only, when re-planning).
 
@@ -159,18 +195,10 @@ def plan_microbatches(
     ``safety`` in the systems table, which the executor passes).
     ``refine``: choose among candidate splits by their exact input counts (see the module docstring).
     ``recompute``: ``"auto"``, ``"on"`` or ``"off"``; ``start_k``: where the search for K starts (see
-    the module docstring). A fixed K runs with recomputation only when ``recompute="on"``.
+    the module docstring). A fixed K runs with recomputation only when ``recompute="on"``, and
+    streamed only when ``stream="on"``.
     """
-    if num_microbatches is None and budget_bytes is None:
-        raise ValueError("give num_microbatches or budget_bytes (neither was set)")
-    if budget_bytes is not None and budget_bytes <= 0:
-        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
-    if not 0 <= safety < 1:
-        raise ValueError(f"safety must be in [0, 1), got {safety}")
-    if recompute not in RECOMPUTE_MODES:
-        raise ValueError(f"recompute must be one of {RECOMPUTE_MODES}, got {recompute!r}")
-    if start_k is not None and start_k < 1:
-        raise ValueError(f"start_k must be >= 1, got {start_k}")
+    _check_settings(num_microbatches, budget_bytes, safety, recompute, stream, start_k)
     n = blocks.num_seeds if positions is None else positions.numel()
     if n == 0:
         raise ValueError("cannot plan an empty set of seeds")
@@ -201,20 +229,67 @@ def plan_microbatches(
         except torch.OutOfMemoryError:  # candidates are an optimisation: a device too full keeps the contiguous split
             return _sliced(blocks, torch.split(order, sizes), memory_model)
 
-    use_recompute = recompute == "on"
+    use_recompute, use_stream = recompute == "on", stream == "on"
     if num_microbatches is not None:
-        model = memory_model.with_recompute(use_recompute)
+        model = memory_model.with_recompute(use_recompute).with_stream(use_stream)
         groups, parts, est = build(num_microbatches, model)
+    elif stream == "auto" and memory_model.stream_saves:
+        (groups, parts, est), use_recompute, use_stream = _choose_stream(
+            build, memory_model, budget_bytes, safety, n, recompute, start_k)
     else:
-        (groups, parts, est), use_recompute = _choose_k(build, memory_model, budget_bytes, safety, n, recompute,
-                                                        start_k)
+        (groups, parts, est), use_recompute = _choose_k(build, memory_model.with_stream(use_stream), budget_bytes,
+                                                        safety, n, recompute, start_k)
     whole = BatchShape.of(blocks) if n == blocks.num_seeds else BatchShape.of(slice_blocks(blocks, positions))
     shapes = [BatchShape.of(p) for p in parts]
     redundancy = tuple(
         sum(s.layers[l].num_src for s in shapes) / max(whole.layers[l].num_src, 1)
         for l in range(len(whole.layers))
     )
-    return MicrobatchPlan(groups, parts, est, budget_bytes, redundancy, use_recompute)
+    return MicrobatchPlan(groups, parts, est, budget_bytes, redundancy, use_recompute, use_stream)
+
+
+class _BeyondCap(Exception):
+    """A plain plan's search reached more micro-batches than `_choose_stream` lets it compete with."""
+
+
+def _choose_stream(build, memory_model: MemoryModel, budget_bytes: int, safety: float, n: int, recompute: str,
+                   start_k: Optional[int]):
+    """``(built plan, recompute?, stream?)``: one plain micro-batch where it fits (nothing is cheaper);
+    else, of the streamed and the plain plan (`_choose_k` each), the one within the limit of least
+    `plan_cost`. The plain search stops beyond `PLAIN_K_FACTOR` times the streamed plan's K: its
+    per-micro-batch work then outweighs a second gather, and searching that far (slicing hundreds of
+    micro-batches per probe) would cost seconds per step. Raises a `BudgetTooSmallError` when neither
+    plans."""
+    limit = budget_bytes * (1 - safety)
+    plain = memory_model.with_stream(False)
+    whole = build(1, plain)
+    if max(whole[2]) <= limit:
+        return whole, False, False
+    found, error, cap = [], None, n
+    try:
+        # the streamed search starts afresh at K = 1: its K is not the plain plan's
+        built, rc = _choose_k(build, memory_model.with_stream(True), budget_bytes, safety, n, recompute, None)
+        found.append((max(built[2]) > limit, plan_cost(built[1], True, rc), True, built, rc))
+        cap = max(PLAIN_K_FACTOR * len(built[1]), PLAIN_K_MIN)
+    except BudgetTooSmallError as exc:
+        error = exc
+
+    def capped(k: int, model: MemoryModel):
+        if k > cap:
+            raise _BeyondCap
+        return build(k, model)
+
+    try:
+        built, rc = _choose_k(capped, plain, budget_bytes, safety, n, recompute, start_k)
+        found.append((max(built[2]) > limit, plan_cost(built[1], False, rc), False, built, rc))
+    except BudgetTooSmallError as exc:
+        error = error or exc
+    except _BeyondCap:
+        pass
+    if not found:
+        raise error
+    _, _, stream, built, rc = min(found, key=lambda f: f[:3])
+    return built, rc, stream
 
 
 def _search_k(build, model: MemoryModel, limit: float, n: int, start_k: Optional[int],

@@ -14,7 +14,7 @@ from cherry.systems import get_system, is_whole_batch, system_entry, system_name
 
 BASE = {"system": "cherry", "dataset": "synth-tiny", "fanouts": [5, 10], "batch_size": 64}
 CHERRY_OPTION_DEFAULTS = {"ordering": "metis", "balance": "memory", "stage_features": True, "pipeline": True,
-                          "native_ops": True, "safety": 0.1, "recompute": "auto",
+                          "native_ops": True, "safety": 0.1, "recompute": "auto", "stream_inputs": "auto",
                           "feature_cache": "none", "exactness_check": "first-step"}
 
 

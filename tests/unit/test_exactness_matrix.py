@@ -25,6 +25,7 @@ from cherry.execution import ExecutorOptions, MicrobatchExecutor
 from cherry.execution.exactness import guard_model
 from cherry.execution.feature_cache import FeatureCache
 from cherry.execution.partition_check import compare
+from cherry.execution.stream import can_stream
 from cherry.models import ModelSpec, build_model, register_model
 from cherry.ops import aggregate_block
 from cherry.planning import MemoryModel
@@ -38,6 +39,7 @@ DIMENSIONS = {
     "dropout": (0.0, 0.5),
     "input_dropout": (0.0, 0.5),
     "recompute": ("off", "on"),
+    "stream_inputs": ("off", "on"),
     "pipeline": (False, True),
     "native_ops": (True, False),
     "feature_cache": ("none", "some_rows"),
@@ -45,7 +47,7 @@ DIMENSIONS = {
 }
 # ExecutorOptions fields and where the matrix covers them (a field not here fails the check below)
 COVERED_OPTIONS = {
-    "num_microbatches": "k", "recompute": "recompute", "pipeline": "pipeline", "dropout_seed": "dropout",
+    "num_microbatches": "k", "recompute": "recompute", "stream_inputs": "stream_inputs", "pipeline": "pipeline", "dropout_seed": "dropout",
     # not paths of the forward: how K is chosen and recovered (recovery is exact by its own tests:
     # test_executor.py's forced under-estimates), staging (a GPU-only copy), the check itself
     "budget_bytes": None, "stage_features": None, "balance": None, "safety": None, "recover_oom": None,
@@ -171,9 +173,13 @@ def _cache(ds, device="cpu"):
 def _gradients(model, case, ds, blocks, reference: bool) -> list[torch.Tensor]:
     k = case["k"]
     k = 1 if reference else (blocks.num_seeds if k == "one_seed" else k)
+    # a model whose first layer does not narrow its rows has nothing to stream ("on" would refuse)
+    stream = "off" if reference else case["stream_inputs"]
+    stream = stream if stream == "off" or can_stream(model) else "auto"
     options = ExecutorOptions(num_microbatches=k, budget_bytes=None, stage_features=False,
                               pipeline=False if reference else case["pipeline"], balance="count", safety=0.0,
-                              recover_oom=False, dropout_seed=11, recompute="off" if reference else case["recompute"])
+                              recover_oom=False, dropout_seed=11, recompute="off" if reference else case["recompute"],
+                              stream_inputs=stream)
     spec = ModelSpec("sage", ds.feature_dim, 16, ds.num_classes, 2)
     ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.0), MemoryModel.for_model(spec), options)
     if not reference and case["feature_cache"] == "some_rows":
@@ -183,6 +189,7 @@ def _gradients(model, case, ds, blocks, reference: bool) -> list[torch.Tensor]:
             stats = ex.accumulate(blocks, ds.features, ds.labels)
         if not reference and case["recompute"] == "on":  # every model of the matrix has layer units
             assert stats.recompute, "recomputation was asked for and not run"
+        assert stats.streamed == (stream == "on"), "the streamed input layer was asked for and not run"
         return [g.clone() for g in ex.gradients()]
     finally:
         ex.close()
@@ -190,7 +197,7 @@ def _gradients(model, case, ds, blocks, reference: bool) -> list[torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def graph():
-    ds = random_dataset(num_nodes=300, avg_degree=6)
+    ds = random_dataset(num_nodes=300, avg_degree=6, feature_dim=40)  # wider than the first layers: they stream
     blocks = NeighborSampler(ds.graph, [4, 5]).sample(ds.train_idx[:BATCH_SEEDS], sampling_generator(4))
     return ds, blocks
 
