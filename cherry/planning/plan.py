@@ -16,8 +16,8 @@ with recomputation, and records the evidence. Otherwise, with ``recompute="auto"
 K with per-layer recomputation (`MemoryModel.with_recompute`) is chosen; ``"on"`` plans with it from
 the start, ``"off"`` never. ``stream`` says whether the first layer streams its input rows
 (`MemoryModel.with_stream`): ``"on"`` and ``"off"`` plan with or without it; ``"auto"`` (with a budget,
-where streaming prices lower) plans both ways and keeps the cheaper plan that fits, by `plan_cost`:
-a few streamed micro-batches (each input row gathered twice) or more plain ones (each row gathered,
+where streaming prices lower) plans both ways and keeps the cheaper plan that fits, by `plan_cost`.
+The choice is between a few streamed micro-batches (each input row gathered twice) or more plain ones (each row gathered,
 and its layer computed, once per micro-batch that reads it). What is left raises `BudgetTooSmallError`, naming the estimate, the
 budget, the safety margin and the smallest budgets that would fit with and without recomputation.
 
