@@ -123,8 +123,9 @@ class Trainer:
         if options.budget_bytes is not None:  # a model the analytic costs cannot price: measure it
             from cherry.execution.memory_probe import optional_probe
 
+            limit = options.budget_bytes * (1 - options.safety)
             self.memory_model = optional_probe(self.model, dataset, spec, self.memory_model,
-                                               self.device) or self.memory_model
+                                               self.device, limit) or self.memory_model
         rank = seed_rank(dataset, spec.ordering, spec.seed) if options.num_microbatches != 1 else None
         if rank is not None:
             rank = rank.to(self.data.graph.indptr.device)  # indexed by the sampled seeds' ids
