@@ -83,7 +83,8 @@ def probe_costs(model: torch.nn.Module, dataset, fanouts: Sequence[int], batch_s
     docstring) at the sizes a run's micro-batches have: 1, 2, 4, ... seeds at ``fanouts`` up to
     ``batch_size``, stopping before a probe the fit so far prices above ``limit_bytes`` (what the
     budget leaves the activations) and after one that measured above it; the two largest seed counts
-    are probed again at half the fanouts, so that nodes and edges are told apart."""
+    are probed again at half the fanouts, so that nodes and edges are told apart. A probe that runs out
+    of memory ends the probing (the fit is of those before it; raised if it was the first)."""
     device = torch.device(device)
     fanouts = list(fanouts)
     half = [max(1, f // 2) if f > 0 else 2 for f in fanouts]
@@ -110,15 +111,20 @@ def probe_costs(model: torch.nn.Module, dataset, fanouts: Sequence[int], batch_s
         return probes[-1][2]
 
     try:
-        for count in sizes[:MAX_PROBES - 2]:
-            if limit_bytes is not None and len(probes) >= 2 and _fit(probes).predict_bytes(
-                    *_next_counts(probes)) > limit_bytes:
-                break
-            done.append(count)
-            if measure(count, fanouts) > (limit_bytes if limit_bytes is not None else float("inf")):
-                break
-        for count in done[-2:]:
-            measure(count, half)
+        try:
+            for count in sizes[:MAX_PROBES - 2]:
+                if limit_bytes is not None and len(probes) >= 2 and _fit(probes).predict_bytes(
+                        *_next_counts(probes)) > limit_bytes:
+                    break
+                bytes_ = measure(count, fanouts)
+                done.append(count)
+                if limit_bytes is not None and bytes_ > limit_bytes:
+                    break
+            for count in done[-2:]:
+                measure(count, half)
+        except torch.OutOfMemoryError:  # the device's capacity stopped the probes: fit those that ran
+            if not probes:
+                raise
     finally:
         set_dropout_step(model, None)
         model.train(was_training)
