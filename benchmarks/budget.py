@@ -44,6 +44,8 @@ import time
 
 import torch
 
+from benchmarks.threads import keeps_threads
+
 MODELS = (("sage", "mean"), ("sage", "pool"), ("sage", "lstm"), ("gcn", None), ("gat", None))
 DEFAULT_GRAPHS = "geometric,barabasi-albert,chung-lu,synth-tiny"
 # the generated datasets at their real size (`--datasets`), each with one model of the matrix that
@@ -60,6 +62,14 @@ SPARE = 1.05  # "one seed fits" and "K = 1 fits": their peak is within the plann
 # the capacity points measure the run's batches priced highest, this many of each kind (3 missed a GAT
 # hub batch on synth-tiny, ranked 7th by the analytic price, whose one-seed peak was 4.8x theirs)
 MEASURED_BATCHES = 10
+# models the analytic memory model does not know (`benchmarks.user_models`: a registered layer, a DGL GAT
+# and a PyG GAT), priced by probes, each with input dropout on wide features; their rows are left out where
+# their library does not import. DGL's SAGE-pool is not among them: its gradient depends on the split on
+# some batches (its max-aggregation's backward, with or without dropout), which the run's partition check stops
+BENCH_USER_MODELS = ("gin-layer", "dgl-gat", "pyg-gat")
+USER_FEATURES = 256
+USER_INPUT_DROPOUT = 0.5
+USER_GRAPH = "chung-lu"  # a heavy-tailed degree law (hubs), when --graphs names it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,11 +79,21 @@ class Config:
     aggr: str | None
     num_layers: int
     fanouts: tuple[int, ...]
+    features: int = 32  # width of a degree law's random features
+    input_dropout: float = 0.0
 
     @property
     def label(self) -> str:
         model = f"{self.model}-{self.aggr}" if self.aggr else self.model
-        return f"{self.graph}/{model}/L{self.num_layers}/{','.join(map(str, self.fanouts))}"
+        wide = f"/x{self.features}" if self.features != 32 else ""
+        return f"{self.graph}/{model}/L{self.num_layers}/{','.join(map(str, self.fanouts))}{wide}"
+
+    @property
+    def user_model(self) -> bool:
+        """Whether the model is one of `benchmarks.user_models` (priced by probes, not analytically)."""
+        from benchmarks.user_models import USER_MODELS
+
+        return self.model in USER_MODELS
 
 
 # The default run's deterministic sample of `configurations` (all 13 with --all-configs): every model,
@@ -102,8 +122,27 @@ def configurations(graphs: list[str], quick: bool) -> list[Config]:
     return [out[0], deep[0]] if quick else out + deep
 
 
-def _dataset(name: str, num_nodes: int, root, seed: int):
-    """A `Dataset` of a degree law (random features and labels) or a registered dataset."""
+def user_configurations(graphs: list[str], names=None) -> list[Config]:
+    """One configuration per model of `benchmarks.user_models` (those of ``names``; None: those of
+    `BENCH_USER_MODELS`) whose library imports here: 2 layers, sampled and all-neighbour fanouts in
+    turn, `USER_FEATURES`-wide features and input dropout."""
+    from benchmarks.user_models import USER_MODELS, available
+    from cherry.data.degree_laws import DEGREE_LAWS
+
+    if names is not None:
+        bad = [n for n in names if n not in USER_MODELS]
+        if bad:
+            raise ValueError(f"--user-models must name models of {USER_MODELS}, got {','.join(bad)!r}")
+    laws = [g for g in graphs if g in DEGREE_LAWS]
+    graph = USER_GRAPH if USER_GRAPH in laws or not laws else laws[0]
+    return [Config(graph, name, None, 2, (5, 10) if i % 2 == 0 else (5, -1), USER_FEATURES, USER_INPUT_DROPOUT)
+            for i, name in enumerate(USER_MODELS)
+            if (name in names if names is not None else name in BENCH_USER_MODELS) and available(name)[0]]
+
+
+def _dataset(name: str, num_nodes: int, root, seed: int, features: int = 32):
+    """A `Dataset` of a degree law (random features of width ``features``, random labels) or a
+    registered dataset."""
     from cherry.data import Dataset, load_dataset
     from cherry.data.degree_laws import DEGREE_LAWS, degree_law_graph
 
@@ -113,7 +152,7 @@ def _dataset(name: str, num_nodes: int, root, seed: int):
     gen = torch.Generator().manual_seed(seed)
     n = graph.num_nodes
     perm = torch.randperm(n, generator=gen)
-    return Dataset(name=name, graph=graph, features=torch.randn(n, 32, generator=gen),
+    return Dataset(name=name, graph=graph, features=torch.randn(n, features, generator=gen),
                    labels=torch.randint(0, 8, (n,), generator=gen), train_idx=perm[: n // 2],
                    valid_idx=perm[n // 2: 3 * n // 4], test_idx=perm[3 * n // 4:], num_classes=8)
 
@@ -121,7 +160,14 @@ def _dataset(name: str, num_nodes: int, root, seed: int):
 def _spec(config: Config, args, capacity_bytes):
     from cherry.spec import make_spec
 
-    return make_spec(dataset="synth-tiny", model=config.model, aggr=config.aggr, num_layers=config.num_layers,
+    model = config.model
+    if config.user_model:  # a registered layer runs as its registered name; a DGL/PyG model is passed in
+        from benchmarks.user_models import register_gin
+
+        model = register_gin() if model == "gin-layer" else "sage"
+    return make_spec(dataset="synth-tiny", model=model, aggr=config.aggr, num_layers=config.num_layers,
+                     # a DGL/PyG model drops its own input rows: the spec's input dropout is the registered layer's
+                     input_dropout=config.input_dropout if model != "sage" or not config.user_model else 0.0,
                      fanouts=config.fanouts, hidden=args.hidden, heads=2, batch_size=args.batch_size,
                      device_memory_bytes=capacity_bytes, evaluate=False, seed=args.seed,
                      # no feature cache: the capacity points are measured without a budget, where none is
@@ -132,7 +178,13 @@ def _spec(config: Config, args, capacity_bytes):
 def _trainer(dataset, config, args, capacity_bytes, memory):
     from cherry.execution import Trainer
 
-    return Trainer(dataset, _spec(config, args, capacity_bytes), memory=memory)
+    model = None
+    if config.user_model and config.model != "gin-layer":
+        from benchmarks.user_models import seeded_user_model
+
+        model = seeded_user_model(config.model, args.seed, dataset.feature_dim, args.hidden, dataset.num_classes,
+                                  config.num_layers, config.input_dropout)
+    return Trainer(dataset, _spec(config, args, capacity_bytes), memory=memory, model=model)
 
 
 def _batches(dataset, args, count: int):
@@ -448,7 +500,7 @@ def run_config(config: Config, args, points: list[str]) -> tuple[list[str], list
     when ``--jobs`` > 1 (configurations are independent: each builds its own dataset, trainers and
     emulated devices)."""
     torch.set_num_threads(args.threads)
-    dataset = _dataset(config.graph, args.num_nodes, args.root, args.seed)
+    dataset = _dataset(config.graph, args.num_nodes, args.root, args.seed, config.features)
     caps = reference_capacities(dataset, config, args)
     lines, rows, done = [], [], {}
     for point in points:
@@ -473,6 +525,7 @@ def _worker_args(args):
     return argparse.Namespace(**{k: v for k, v in vars(args).items() if not k.startswith("_") and k != "func"})
 
 
+@keeps_threads
 def run(args) -> int:
     from cherry.io import write_json_atomic
 
@@ -502,6 +555,10 @@ def run(args) -> int:
     configs = configurations(graphs, args.quick)
     if not args.quick and not getattr(args, "all_configs", False):
         configs = [configs[i] for i in DEFAULT_SAMPLE if i < len(configs)]
+    user = getattr(args, "user_models", None)
+    user_configs = user_configurations(graphs, None if user is None else [u for u in user.split(",") if u])
+    if not args.quick:
+        configs += user_configs
     configs += dataset_configurations(datasets)
     if getattr(args, "max_configs", None) is not None:
         configs = configs[: args.max_configs]

@@ -196,6 +196,9 @@ def _register_budget(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all-configs", action="store_true",
                    help=f"every configuration of the matrix (default: a deterministic sample of {sample} of "
                         f"{matrix}, plus one per --datasets)")
+    p.add_argument("--user-models", default=None,
+                   help="comma-separated models the memory model does not know (gin-layer, dgl-gat, dgl-sage-pool, "
+                        "pyg-gat), one configuration each where its library imports (default: all but dgl-sage-pool; '' for none)")
     p.add_argument("--quick", action="store_true", help=f"{quick} configurations, 4 steps each (for tests)")
     add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("budget"))

@@ -85,7 +85,8 @@ def trainer_state(trainer) -> dict:
                          "rc_samples": list(mm._rc_samples),
                          "largest_fitted_activation_bytes": mm.largest_fitted_activation_bytes,
                          "smallest_failed_seed_bytes": dict(mm.smallest_failed_seed_bytes),
-                         "samples": list(mm._samples), "error_history": list(mm.error_history)},
+                         "samples": list(mm._samples), "measured": mm._measured,
+                         "error_history": list(mm.error_history)},
     }
 
 
@@ -104,6 +105,7 @@ def load_trainer_state(trainer, state: dict) -> None:
     mm.largest_fitted_activation_bytes = float(saved["largest_fitted_activation_bytes"])
     mm.smallest_failed_seed_bytes = dict(saved["smallest_failed_seed_bytes"])
     mm._samples[:] = [tuple(p) for p in saved["samples"]]
+    mm._measured = bool(saved.get("measured", bool(mm._samples)))
     mm.error_history[:] = [tuple(p) for p in state["memory_model"]["error_history"]]
 
 

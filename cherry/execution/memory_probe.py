@@ -32,14 +32,17 @@ from cherry.sampling import NeighborSampler
 
 @dataclass(frozen=True)
 class ProbeFit:
-    """Fitted bytes per node slot and per edge, and the probes behind them ``(nodes, edges, bytes)``."""
+    """Fitted bytes per micro-batch (``floor_bytes``), per node slot and per edge, and the probes behind
+    them ``(nodes, edges, bytes)``. The fit is an upper envelope of its probes: ``predict_bytes`` of
+    every probe's counts is at least the bytes it measured."""
 
     bytes_per_node: float
     bytes_per_edge: float
     probes: tuple[tuple[int, int, int], ...]
+    floor_bytes: float = 0.0
 
     def predict_bytes(self, nodes: int, edges: int) -> float:
-        return self.bytes_per_node * nodes + self.bytes_per_edge * edges
+        return self.floor_bytes + self.bytes_per_node * nodes + self.bytes_per_edge * edges
 
 
 def _counts(blocks) -> tuple[int, int]:
@@ -70,57 +73,109 @@ def _peak_of_step(model, blocks, features, labels, device) -> int:
         return int(tracker.peak_bytes)
 
 
+MAX_PROBES = 12  # probe batches at most (seed counts double from 1, two of them also at half the fanouts)
+
+
 def probe_costs(model: torch.nn.Module, dataset, fanouts: Sequence[int], batch_size: int,
-                device: torch.device | str = "cpu", seed: int = 0) -> ProbeFit:
-    """Fit bytes per node and per edge of ``model`` from three probe batches (module docstring):
-    a quarter and half of ``batch_size`` seeds at ``fanouts``, and a quarter at half the fanouts."""
+                device: torch.device | str = "cpu", seed: int = 0,
+                limit_bytes: Optional[float] = None) -> ProbeFit:
+    """Fit bytes per micro-batch, per node and per edge of ``model`` from probe batches (module
+    docstring) at the sizes a run's micro-batches have: 1, 2, 4, ... seeds at ``fanouts`` up to
+    ``batch_size``, stopping before a probe the fit so far prices above ``limit_bytes`` (what the
+    budget leaves the activations) and after one that measured above it; the two largest seed counts
+    are probed again at half the fanouts, so that nodes and edges are told apart. A probe that runs out
+    of memory ends the probing (the fit is of those before it; raised if it was the first)."""
     device = torch.device(device)
     fanouts = list(fanouts)
     half = [max(1, f // 2) if f > 0 else 2 for f in fanouts]
     n = dataset.train_idx.numel()
-    quarter, halfb = max(4, min(n, batch_size) // 4), max(8, min(n, batch_size) // 2)
     gen = torch.Generator().manual_seed(seed ^ 0x5EED)
     seeds = dataset.train_idx[torch.randperm(n, generator=gen)]
-    plan = [(seeds[:quarter], fanouts), (seeds[:halfb], fanouts), (seeds[:quarter], half)]
+    top = max(1, min(n, batch_size))
+    sizes = sorted({min(2 ** j, top) for j in range(top.bit_length() + 1)})
     rng_state = torch.get_rng_state()
     was_training = model.training
     model.train()
     set_dropout_step(model, 0)  # exact dropout draws from node ids, not from torch's generator
-    probes = []
+    probes, done = [], []
+
+    # the run's fixed bytes count one micro-batch's gradients already: a probe's bytes are its peak
+    # less them (counted twice, a wide weight's gradient kept a run at one seed per micro-batch)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+    def measure(count: int, f) -> int:
+        blocks = NeighborSampler(dataset.graph, f).sample(seeds[:count], torch.Generator().manual_seed(seed))
+        nodes, edges = _counts(blocks)
+        peak = _peak_of_step(model, blocks, dataset.features, dataset.labels, device)
+        probes.append((nodes, edges, max(peak - grad_bytes, 0)))
+        return probes[-1][2]
+
     try:
-        for batch_seeds, f in plan:
-            blocks = NeighborSampler(dataset.graph, f).sample(batch_seeds, torch.Generator().manual_seed(seed))
-            nodes, edges = _counts(blocks)
-            probes.append((nodes, edges, _peak_of_step(model, blocks, dataset.features, dataset.labels, device)))
+        try:
+            for count in sizes[:MAX_PROBES - 2]:
+                if limit_bytes is not None and len(probes) >= 2 and _fit(probes).predict_bytes(
+                        *_next_counts(probes)) > limit_bytes:
+                    break
+                bytes_ = measure(count, fanouts)
+                done.append(count)
+                if limit_bytes is not None and bytes_ > limit_bytes:
+                    break
+            for count in done[-2:]:
+                measure(count, half)
+        except torch.OutOfMemoryError:  # the device's capacity stopped the probes: fit those that ran
+            if not probes:
+                raise
     finally:
         set_dropout_step(model, None)
         model.train(was_training)
         torch.set_rng_state(rng_state)
-    a, b = _fit_nonnegative(probes)
-    return ProbeFit(a, b, tuple(probes))
+    return _fit(probes)
 
 
-def _fit_nonnegative(probes) -> tuple[float, float]:
-    """Least squares ``bytes = a * nodes + b * edges`` with ``a, b >= 0`` (two unknowns: try the joint
-    fit, else each alone, and keep the feasible one with the least error)."""
-    A = np.array([[p[0], p[1]] for p in probes], dtype=np.float64)
+def _next_counts(probes) -> tuple[float, float]:
+    """Counts the next probe may have: twice the last one's (the probes at most double their seeds)."""
+    nodes, edges, _ = probes[-1]
+    return 2.0 * nodes, 2.0 * edges
+
+
+def _fit(probes) -> ProbeFit:
+    """`_fit_nonnegative` of ``probes``, its floor raised until every probe is covered."""
+    a, b, floor = _fit_nonnegative(probes)
+    floor = max([floor] + [p[2] - a * p[0] - b * p[1] for p in probes])
+    return ProbeFit(a, b, tuple(probes), max(floor, 0.0))
+
+
+def _fit_nonnegative(probes) -> tuple[float, float, float]:
+    """Least squares ``bytes = a * nodes + b * edges + floor`` with ``a, b, floor >= 0`` (every subset of
+    the three terms is fitted, the feasible fit of least error kept)."""
+    A = np.array([[p[0], p[1], 1.0] for p in probes], dtype=np.float64)
     y = np.array([p[2] for p in probes], dtype=np.float64)
-    candidates = []
-    joint, *_ = np.linalg.lstsq(A, y, rcond=None)
-    if (joint >= 0).all():
-        candidates.append((float(joint[0]), float(joint[1])))
-    for col in (0, 1):
-        v = A[:, col]
-        coef = float(v @ y / (v @ v)) if v @ v > 0 else 0.0
-        candidates.append((max(coef, 0.0), 0.0) if col == 0 else (0.0, max(coef, 0.0)))
-    return min(candidates, key=lambda c: float(np.sum((A @ np.array(c) - y) ** 2)))
+    best, best_error = (0.0, 0.0, 0.0), float(np.sum(y ** 2))
+    for cols in ((0, 1, 2), (0, 1), (0, 2), (1, 2), (0,), (1,), (2,)):
+        sub = A[:, cols]
+        coef, *_ = np.linalg.lstsq(sub, y, rcond=None)
+        if (coef < 0).any():
+            continue
+        full = np.zeros(3)
+        full[list(cols)] = coef
+        error = float(np.sum((A @ full - y) ** 2))
+        if error < best_error:
+            best, best_error = (float(full[0]), float(full[1]), float(full[2])), error
+    return best
 
 
 def with_probed_costs(memory_model: MemoryModel, fit: ProbeFit) -> MemoryModel:
-    """``memory_model`` pricing every layer with the fitted costs (the one hook into the memory model)."""
+    """``memory_model`` pricing every layer with the fitted costs and the fit's floor (the one hook
+    into the memory model). The probes enter its calibration window as measurements
+    (`MemoryModel.seed_samples`): the run's first plans price what the probes measured, and the run's
+    own measurements replace them as they arrive, up or down."""
     per_node, per_edge = fit.bytes_per_node / FLOAT_BYTES, fit.bytes_per_edge / FLOAT_BYTES
     costs = tuple(LayerCost(per_src=per_node, per_dst=per_node, per_edge=per_edge) for _ in memory_model.costs)
-    return dataclasses.replace(memory_model, costs=costs, scale=1.0, error_history=[], _samples=[])
+    model = dataclasses.replace(memory_model, costs=costs, scale=1.0, floor_bytes=int(np.ceil(fit.floor_bytes)),
+                                error_history=[], _samples=[])
+    model.seed_samples([(fit.bytes_per_node * nodes + fit.bytes_per_edge * edges, float(measured))
+                        for nodes, edges, measured in fit.probes])
+    return model
 
 
 def needs_probe(model: torch.nn.Module) -> bool:
@@ -137,13 +192,17 @@ def needs_probe(model: torch.nn.Module) -> bool:
                 and all(isinstance(layer, (SAGEConv, GCNConv, GATConv)) for layer in model.layers))
 
 
-def optional_probe(model, dataset, spec, memory_model: MemoryModel, device) -> Optional[MemoryModel]:
-    """The probed memory model of a run with automatic K whose model needs one, else None. A probe that
-    runs out of memory (an emulated capacity) leaves the analytic costs in place."""
+def optional_probe(model, dataset, spec, memory_model: MemoryModel, device,
+                   limit_bytes: Optional[float] = None) -> Optional[MemoryModel]:
+    """The probed memory model of a run with automatic K whose model needs one, else None.
+    ``limit_bytes``: the plan's limit (the budget less its safety margin), past which no probe grows
+    (less the model's fixed bytes: what the activations may use). A probe that runs out of memory
+    anyway (an emulated capacity) leaves the analytic costs in place."""
     if spec.num_microbatches is not None or not needs_probe(model) or not spec.fanouts:
         return None
+    room = None if limit_bytes is None else limit_bytes - memory_model.fixed_bytes
     try:
-        fit = probe_costs(model, dataset, spec.fanouts, spec.batch_size, device, spec.seed)
+        fit = probe_costs(model, dataset, spec.fanouts, spec.batch_size, device, spec.seed, room)
     except torch.OutOfMemoryError:
         return None
     return with_probed_costs(memory_model, fit)

@@ -28,6 +28,7 @@ from typing import Optional, Sequence, Union
 import torch
 
 from cherry.planning import BudgetTooSmallError
+from cherry.planning.plan import resident_index_bytes
 
 TOLERANCE = 1e-4  # float32 re-association differs by ~1e-6 relative; the known breakers by 1e-3 to 3
 
@@ -107,6 +108,19 @@ def second_split(executor, blocks, first_k: int, first_recompute: bool) -> Union
     return (n + 1) // 2, "off"
 
 
+def _within_budget(executor, plan, held_bytes: int) -> None:
+    """Raise `BudgetTooSmallError` when the second split, beside ``held_bytes`` the step still holds,
+    is estimated above the planner's limit (the budget less its safety margin): the check never
+    takes a run over its budget, it is skipped instead."""
+    budget = executor.options.budget_bytes
+    if budget is None:
+        return
+    limit = budget * (1 - executor.options.safety)
+    if plan.max_estimated_bytes + held_bytes > limit:
+        raise BudgetTooSmallError(f"estimated at {plan.max_estimated_bytes + held_bytes} B beside the step's own "
+                                  f"micro-batches, above the limit of {int(limit)} B")
+
+
 def _off_device(executor, fn):
     """``fn()`` where the device's accounting does not see what it makes: on a CPU device, on the
     executor's preparation thread (the emulated device counts the training thread's tensors, as a GPU
@@ -125,6 +139,9 @@ def check_step(executor, blocks, features: torch.Tensor, labels: torch.Tensor, s
     docstring). Raises `cherry.execution.exactness.ExactnessError` when the gradients differ."""
     from cherry.execution.options import PlannedBatch
 
+    # a planned batch's micro-batches stay alive (its caller holds them) while the second split runs:
+    # their resident index buffers count against the budget beside the second split's own
+    held = resident_index_bytes(blocks.plan.microbatches) if isinstance(blocks, PlannedBatch) else 0
     if isinstance(blocks, PlannedBatch):
         blocks = blocks.blocks
     base = dict(num_seeds=blocks.num_seeds, first_k=stats.num_microbatches, first_recompute=bool(stats.recompute))
@@ -139,9 +156,13 @@ def check_step(executor, blocks, features: torch.Tensor, labels: torch.Tensor, s
     first = _off_device(executor, lambda: _host_copy(executor.gradients()))
     try:
         with executor.overridden(isolated=True):
+            # planned where the device's accounting does not see it, as the loader plans the run's
+            # steps: a split that does not fit is then skipped without having taken the device's memory;
             # a streamed step's second split streams too: it must fit where the first did
-            plan = executor.plan(blocks, num_microbatches=second_k, recompute=mode,
-                                 stream="on" if getattr(stats, "streamed", False) else None)
+            stream = "on" if getattr(stats, "streamed", False) else None
+            plan = _off_device(executor, lambda: executor.plan(blocks, num_microbatches=second_k, recompute=mode,
+                                                               stream=stream))
+            _within_budget(executor, plan, held)
             second = executor.accumulate(blocks, features, labels, plan=plan, replay=True)
         differences = _off_device(executor, lambda: compare(names, first, _host_copy(executor.gradients())))
     except (torch.OutOfMemoryError, BudgetTooSmallError) as exc:

@@ -136,8 +136,9 @@ class Trainer:
         if options.budget_bytes is not None:  # a model the analytic costs cannot price: measure it
             from cherry.execution.memory_probe import optional_probe
 
+            limit = options.budget_bytes * (1 - options.safety)
             self.memory_model = optional_probe(self.model, dataset, spec, self.memory_model,
-                                               self.device) or self.memory_model
+                                               self.device, limit) or self.memory_model
             if options.recompute != "off":  # and recomputation's price, measured
                 from cherry.execution.recompute_probe import with_probed_recompute
 

@@ -177,6 +177,7 @@ class MemoryModel:
     error_history: list[tuple[int, int]] = field(default_factory=list)
     _samples: list[tuple[float, float]] = field(default_factory=list)  # (activation, measured - fixed)
     _rc_samples: list[tuple[float, float]] = field(default_factory=list)  # the same, recomputed micro-batches
+    _measured: bool = False  # whether the run has measured a micro-batch (seeded samples are not the run's)
 
     @staticmethod
     def for_model(spec, fixed_bytes: int = 0, fused_aggregation: bool = True,
@@ -285,7 +286,16 @@ class MemoryModel:
     @property
     def is_calibrated(self) -> bool:
         """Whether a measured peak of this run has entered the model (plain or recomputed)."""
-        return bool(self._samples or self._rc_samples)
+        return self._measured or bool(self._rc_samples)
+
+    def seed_samples(self, samples: list[tuple[float, float]]) -> None:
+        """Start the calibration window with ``samples``, ``(activation, bytes above the fixed ones)``
+        measured before the run (a probe's): the floor covers them, and the run's own measurements
+        push them out of the window like any other. They are not the run's: the model stays
+        uncalibrated (`is_calibrated`) until the run measures."""
+        self._samples = [(float(x), float(y)) for x, y in samples if x > 0][-WINDOW:]
+        if self._samples:
+            self._refit_floor()
 
     def has_fitted(self, shape: BatchShape) -> bool:
         """Whether a micro-batch at least as large as ``shape`` (by analytic activation) fitted."""
@@ -320,7 +330,10 @@ class MemoryModel:
             self.recompute_factor = min(max(ratio, f / MAX_STEP, 0.5), f * MAX_STEP, 4.0)
             return
         self.largest_fitted_activation_bytes = max(self.largest_fitted_activation_bytes, act)
-        self._samples.append((act, max(0.0, float(measured_peak_bytes - self.fixed_bytes))))
+        self._measured = True
+        # below zero where the fixed bytes over-count (a gradient the peak did not hold): the floor
+        # then goes below zero, or an over-counted fixed part would keep every estimate above the run
+        self._samples.append((act, float(measured_peak_bytes - self.fixed_bytes)))
         del self._samples[:-WINDOW]
         low, high = max(MIN_SCALE, self.scale / MAX_STEP), min(MAX_SCALE, self.scale * MAX_STEP)
         high = max(high, low)
@@ -328,7 +341,7 @@ class MemoryModel:
         # tight at both ends: the smaller half of the window sets the floor, the larger half may
         # then raise the scale (within the step's bound) so that the floor need not cover it
         middle = sorted(x for x, _ in self._samples)[(len(self._samples) - 1) // 2]
-        floor = max([0.0] + [y - scale * x for x, y in self._samples if x <= middle])
+        floor = max([-float(self.fixed_bytes)] + [y - scale * x for x, y in self._samples if x <= middle])
         cover = max([scale] + [(y - floor) / x for x, y in self._samples if x > middle])
         self.scale = min(cover, high)
         self._refit_floor()
@@ -354,7 +367,10 @@ class MemoryModel:
         self.scale = max(self.scale * 1.25, (needed - self.floor_bytes) / act)
 
     def _refit_floor(self) -> None:
-        self.floor_bytes = int(math.ceil(max([0.0] + [y - self.scale * x for x, y in self._samples])))
+        """The least floor covering every sample of the window; below zero down to ``-fixed_bytes``
+        (the fixed part over-counted), never below that (an estimate is at least its activations)."""
+        self.floor_bytes = int(math.ceil(max([-float(self.fixed_bytes)]
+                                             + [y - self.scale * x for x, y in self._samples])))
 
     def relative_errors(self) -> list[float]:
         """|estimated - measured| / measured of every observation, in order."""

@@ -390,7 +390,8 @@ def _choose_k(build, memory_model: MemoryModel, budget_bytes: int, safety: float
               start_k: Optional[int]):
     """``(built plan, recompute?)`` under ``budget_bytes`` (see the module docstring)."""
     limit = budget_bytes * (1 - safety)
-    fixed = memory_model.fixed_bytes
+    # a calibrated floor below zero says the fixed part over-counts what the run holds
+    fixed = memory_model.fixed_bytes + min(memory_model.floor_bytes, 0)
     if fixed >= limit:
         raise BudgetTooSmallError(
             f"budget {budget_bytes} B with a {safety:.0%} safety margin (limit {int(limit)} B) leaves nothing "

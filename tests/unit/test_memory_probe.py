@@ -31,8 +31,11 @@ class Wide(nn.Module):
 
 def test_fit_recovers_known_costs():
     probes = [(100, 1000, 100 * 7 + 1000 * 3), (200, 1500, 200 * 7 + 1500 * 3), (100, 400, 100 * 7 + 400 * 3)]
-    a, b = _fit_nonnegative(probes)
-    assert abs(a - 7) < 1e-6 and abs(b - 3) < 1e-6
+    a, b, floor = _fit_nonnegative(probes)
+    assert abs(a - 7) < 1e-6 and abs(b - 3) < 1e-6 and abs(floor) < 1e-3
+    with_floor = [(n, e, y + 5000) for n, e, y in probes] + [(300, 900, 300 * 7 + 900 * 3 + 5000)]
+    a, b, floor = _fit_nonnegative(with_floor)  # a per-micro-batch floor is told apart from the per-count terms
+    assert abs(a - 7) < 1e-6 and abs(b - 3) < 1e-6 and abs(floor - 5000) < 1e-3
     assert min(_fit_nonnegative([(10, 10, 100), (20, 10, 50)])) >= 0  # never a negative cost
 
 
