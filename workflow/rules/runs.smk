@@ -101,5 +101,5 @@ rule run_fitted:
     conda:
         CONDA_ENV
     shell:
-        "OMP_NUM_THREADS={THREADS} MKL_NUM_THREADS={THREADS} "
+        "OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads} "
         "python -m cherry.bench.run --spec {input.spec} --fit {input.fit} --out {output.record} 2> {log}"
