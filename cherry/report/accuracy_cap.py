@@ -50,7 +50,10 @@ def _setting_label(rows: pd.DataFrame) -> str:
     label = f"{t.system_label(first['system'], first['k'], display=True)}, {AXIS_TEXT.get(first['axis'], first['axis'])}"
     ks = [int(k) for k in t.ok_rows(rows)["num_microbatches_max"].dropna()] if "num_microbatches_max" in rows else []
     chosen = f" (K={min(ks)}{'-' + str(max(ks)) if max(ks) != min(ks) else ''})" if ks and first["k"] != "1" else ""
-    return f"{label}: batch {t._text(first['batch_size'])}, fanouts {t._text(first['fanouts'])}{chosen}"
+    setting = f"batch {t._text(first['batch_size'])}, fanouts {t._text(first['fanouts'])}"
+    if first["axis"] != "own_k" and (rows["status"] == "oom").all():  # the search found nothing that fits
+        setting = f"none fits ({setting} out of memory)"
+    return f"{label}: {setting}{chosen}"
 
 
 def settings(frame: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
