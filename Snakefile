@@ -47,7 +47,8 @@ include: "workflow/rules/common.smk"
 
 # Only the main Snakemake process recovers; cluster job steps and subprocesses parse this file too.
 if not (workflow.remote_exec or workflow.subprocess_exec):
-    for message in release_stale_lock() + set_aside_corrupt_records(record_paths()):
+    for message in (release_stale_lock() + set_aside_corrupt_records(record_paths())
+                    + set_aside_corrupt_records(fitted_record_paths(), named=False)):
         print(message, file=sys.stderr)
     claim_lock()
 

@@ -22,6 +22,7 @@ from cherry.systems.contract import StepOutcome, System
 from cherry.compat.dgl import dgl_graph
 from cherry.data import Dataset
 from cherry.data.metrics import split_accuracy
+from cherry.models.inference import host_rows
 from cherry.sampling import LoadedBatch
 from cherry.spec import RunSpec
 
@@ -82,26 +83,45 @@ class DglSystem(System):
 
     @torch.no_grad()
     def logits(self, chunk_size: int = EVAL_CHUNK) -> torch.Tensor:
-        """Full-neighbour logits of every node (CPU), layer by layer over chunks of destinations."""
+        """Full-neighbour logits of every node (CPU), layer by layer over chunks of destinations; a chunk
+        out of memory is halved and retried (re-raised at one destination), as Cherry's evaluator does."""
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be an int >= 1, got {chunk_size!r}")
         sampler = self.dgl.dataloading.MultiLayerFullNeighborSampler(1)
-        n = self.dataset.graph.num_nodes
         was_training = self.model.training
         self.model.eval()
         try:
             h = self.dataset.features
             for layer in range(self.model_spec.num_layers):
-                outs = []
-                for start in range(0, n, chunk_size):
-                    dst = torch.arange(start, min(start + chunk_size, n), dtype=torch.int64)
-                    input_nodes, _, blocks = sampler.sample_blocks(self.graph, dst)
-                    x = h.index_select(0, input_nodes).to(self.device)
-                    outs.append(self.model.forward_layer(layer, self._prepare_block(blocks[0]), x).cpu())
-                h = torch.cat(outs)
+                h = self._logits_layer(layer, sampler, h, chunk_size)
             return h
         finally:
             self.model.train(was_training)
+
+    def _logits_layer(self, layer: int, sampler, h: torch.Tensor, size: int) -> torch.Tensor:
+        n = self.dataset.graph.num_nodes
+        out, start = None, 0
+        while start < n:
+            end = min(start + size, n)
+            rows = None
+            try:
+                dst = torch.arange(start, end, dtype=torch.int64)
+                input_nodes, _, blocks = sampler.sample_blocks(self.graph, dst)
+                x = h.index_select(0, input_nodes).to(self.device)
+                rows = self.model.forward_layer(layer, self._prepare_block(blocks[0]), x).cpu()
+            except torch.OutOfMemoryError:
+                if size == 1:
+                    raise
+            if rows is None:  # outside the except block: its traceback would pin the chunk's tensors
+                x = blocks = None
+                size = max(1, size // 2)
+                continue
+            if out is None:  # host memory, which an emulated device does not count (nor would a GPU)
+                out = host_rows(n, rows.shape[1], rows.dtype)
+            out[start:end] = rows
+            start = end
+            del rows, x
+        return out
 
     def evaluate(self) -> dict[str, float]:
         logits = self.logits()

@@ -57,6 +57,34 @@ def _probe_in_subprocess(spec, record_path: str) -> None:
                    check=False)
 
 
+def make_fits(spec_at: Callable[[int], Any], key: str, probe_run: Callable[[Any, str], None],
+              log: Callable[[str], None]) -> tuple[Callable[[int], bool], list[dict[str, Any]], dict[str, Any]]:
+    """``(fits, probes, first_record)`` for `search_largest_batch`: ``fits(v)`` runs ``spec_at(v)`` as one
+    probe (``probe_run``), appends ``{key: v, ...PROBE_KEYS}`` to ``probes``, keeps the first probe's record
+    in ``first_record``, and raises `ProbeStopped` for a probe that ended neither ok nor oom."""
+    from cherry.io import read_json
+
+    probes: list[dict[str, Any]] = []
+    first_record: dict[str, Any] = {}
+
+    def fits(value: int) -> bool:
+        probe_spec = spec_at(value)
+        with tempfile.TemporaryDirectory(prefix="cherry-probe-") as tmp:
+            path = os.path.join(tmp, "record.json")
+            probe_run(probe_spec, path)
+            record = read_json(path, "probe record")
+        first_record.update(record if not first_record else {})
+        probe = {key: value, **{k: record.get(k) for k in PROBE_KEYS}}
+        probes.append(probe)
+        log(f"[{probe_spec.system}] {key} {value}: {probe['status']} K={probe['num_microbatches_max']} "
+            f"peak={probe['peak_tracked_bytes']}")
+        if probe["status"] not in ("ok", "oom"):
+            raise ProbeStopped(probe["status"], probe["reason"])
+        return probe["status"] == "ok"
+
+    return fits, probes, first_record
+
+
 def search_spec(spec, ratio_tolerance: float = RATIO_TOLERANCE, seed_tolerance: int = SEED_TOLERANCE,
                 limit: Optional[int] = None, probe_run: Optional[Callable[[Any, str], None]] = None,
                 log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
@@ -65,7 +93,6 @@ def search_spec(spec, ratio_tolerance: float = RATIO_TOLERANCE, seed_tolerance: 
     ``limit`` defaults to the dataset's training-set size; ``probe_run(spec, record_path)`` runs one
     probe and writes its run record (default: in this process on a CPU, a fresh one on a GPU).
     """
-    from cherry.io import read_json
     from cherry.spec import RunSpec, run_id
 
     if not isinstance(spec, RunSpec):
@@ -77,23 +104,8 @@ def search_spec(spec, ratio_tolerance: float = RATIO_TOLERANCE, seed_tolerance: 
         limit = int(load_dataset(spec.dataset, spec.root).train_idx.numel())
     if probe_run is None:
         probe_run = _probe_in_subprocess if spec.device == "cuda" else _probe_in_process
-    probes: list[dict[str, Any]] = []
-    first_record: dict[str, Any] = {}
     started = time.monotonic()
-
-    def fits(batch_size: int) -> bool:
-        with tempfile.TemporaryDirectory(prefix="cherry-probe-") as tmp:
-            path = os.path.join(tmp, "record.json")
-            probe_run(spec.replace(batch_size=batch_size), path)
-            record = read_json(path, "probe record")
-        first_record.update(record if not first_record else {})
-        probe = {"batch_size": batch_size, **{key: record.get(key) for key in PROBE_KEYS}}
-        probes.append(probe)
-        log(f"[{spec.system}] batch {batch_size}: {probe['status']} K={probe['num_microbatches_max']} "
-            f"peak={probe['peak_tracked_bytes']}")
-        if probe["status"] not in ("ok", "oom"):
-            raise ProbeStopped(probe["status"], probe["reason"])
-        return probe["status"] == "ok"
+    fits, probes, first_record = make_fits(lambda b: spec.replace(batch_size=b), "batch_size", probe_run, log)
 
     status, reason = "ok", None
     try:

@@ -9,7 +9,9 @@ default filled in) whose ``experiment`` (and, for sensitivity runs, ``axis``) sa
 belongs to; its id is `cherry.spec.run_id`, the readable file name of its spec and record.
 The memory wall is not a list of runs but one search per (case, system, K): `plan_searches` gives
 each search's spec (its batch size is the search's start) and tolerances, which
-``python -m cherry.bench.capacity_run`` takes.
+``python -m cherry.bench.capacity_run`` takes. A run whose axis is fitted (`cherry.bench.fit_setting.FIT_AXES`,
+the accuracy under a cap) trains with a setting found by a search first: `plan_fits` gives those
+searches and runs, which `expand_experiments` leaves out.
 Invariants: ids are unique in the result (identical runs of one experiment collapse into one); the
 order is the config's order; every spec passed `cherry.spec.spec_from_dict`, so
 ``python -m cherry.bench.run`` accepts it.
@@ -24,7 +26,7 @@ from cherry.schemas import one_line as _one_line
 from cherry.schemas import schema_problem
 
 __all__ = ["ConfigError", "config_schema", "describe_config_error", "validate_config", "expand_experiments",
-           "plan_runs", "plan_searches", "verify_checks", "verify_arguments", "needs_ordering", "datasets_used",
+           "plan_runs", "plan_searches", "plan_fits", "verify_checks", "verify_arguments", "needs_ordering", "datasets_used",
            "check_datasets_available", "graphs_dir_of"]
 
 
@@ -100,9 +102,12 @@ def expand_experiments(config: Mapping[str, Any]) -> list[dict]:
     """
     from cherry.spec import run_id
 
+    from cherry.bench.fit_setting import FIT_AXES
+
     seen: dict[str, dict] = {}
     for _, spec in _expand(config, _phase_names(searched=False)):
-        seen.setdefault(run_id(spec), spec.to_dict())
+        if spec.axis not in FIT_AXES:
+            seen.setdefault(run_id(spec), spec.to_dict())
     for _ in _expand(config, _phase_names(searched=True)):  # a search's spec must be valid too: fail here, not in a job
         pass
     return list(seen.values())
@@ -121,6 +126,34 @@ def plan_searches(config: Mapping[str, Any]) -> dict[str, dict]:
                                            "ratio_tolerance": case.get("ratio_tolerance", RATIO_TOLERANCE),
                                            "seed_tolerance": case.get("seed_tolerance", SEED_TOLERANCE)})
     return searches
+
+
+def plan_fits(config: Mapping[str, Any]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """``(fits, fitted)``: ``{fit id: fit}`` of every setting search (``spec``: the probe spec,
+    ``knob``, ``ratio_tolerance``, ``seed_tolerance``) and ``{run id: {"spec", "fit"}}`` of every run
+    that trains with one (its spec before the fit, and the id of its fit). One search serves every
+    seed and repeat (ConfigError as for `expand_experiments`, or for fanouts that cannot be searched)."""
+    from cherry.bench.capacity import RATIO_TOLERANCE, SEED_TOLERANCE
+    from cherry.bench.fit_setting import FIT_AXES, check_knob, fit_search_spec
+    from cherry.spec import run_id, spec_from_dict
+
+    fits: dict[str, dict] = {}
+    fitted: dict[str, dict] = {}
+    for case, spec in _expand(config, _phase_names(searched=False)):
+        if spec.axis not in FIT_AXES:
+            continue
+        knob = FIT_AXES[spec.axis]
+        try:
+            check_knob(knob, spec.fanouts)
+        except ValueError as exc:
+            raise ConfigError(f"invalid config: experiments/{spec.experiment}: {spec.system}: {exc}") from None
+        probe = spec_from_dict(fit_search_spec(spec.to_dict(), case.get("fit_steps", 2)))
+        fit_id = run_id(probe)
+        fits.setdefault(fit_id, {"spec": probe.to_dict(), "knob": knob,
+                                 "ratio_tolerance": case.get("ratio_tolerance", RATIO_TOLERANCE),
+                                 "seed_tolerance": case.get("seed_tolerance", SEED_TOLERANCE)})
+        fitted.setdefault(run_id(spec), {"spec": spec.to_dict(), "fit": fit_id})
+    return fits, fitted
 
 
 def plan_runs(config: Mapping[str, Any]) -> dict[str, dict]:
@@ -170,6 +203,7 @@ def needs_ordering(spec: Mapping[str, Any]) -> Optional[str]:
 def datasets_used(config: Mapping[str, Any]) -> list[str]:
     """Every dataset the runs and checks of ``config`` read, sorted."""
     names = {spec["dataset"] for spec in expand_experiments(config)}
+    names.update(run["spec"]["dataset"] for run in plan_fits(config)[1].values())
     names.update(search["spec"]["dataset"] for search in plan_searches(config).values())
     names.update(check["dataset"] for check in verify_checks(config).values())
     return sorted(names)

@@ -86,6 +86,20 @@ def _epoch_time(case: dict, base: dict) -> Expansion:
             yield None, {"system": system, "num_microbatches": k, "device_memory_bytes": capacity}
 
 
+def _accuracy_cap(case: dict, base: dict) -> Expansion:
+    """Under the case's capacity: a whole-batch system at K = 1 once per fitted axis
+    (`cherry.bench.fit_setting.FIT_AXES`: its batch or its fanouts searched before it trains); every
+    other system at the run's batch and fanouts with its own K (axis ``own_k``)."""
+    from cherry.bench.fit_setting import FIT_AXES
+    from cherry.systems.table import system_entry, system_names
+
+    for system, k in _system_ks(case["systems"]):
+        fields = {"system": system, "num_microbatches": k, "device_memory_bytes": case["device_memory_bytes"]}
+        plain = system in system_names() and system_entry(system).whole_batch and k == 1
+        for axis in (FIT_AXES if plain else ("own_k",)):
+            yield axis, fields
+
+
 SENSITIVITY_AXES = ("aggr", "layers", "hidden", "fanout")
 
 
@@ -128,7 +142,8 @@ def _distributed(case: dict, base: dict) -> Expansion:
 
 
 # The table. Untimed phases measure memory, K or accuracy, which jobs running beside them do not
-# change (sensitivity: its peaks are the point, its times are indicative).
+# change (sensitivity: its peaks are the point, its times are indicative; accuracy_cap: its accuracy is
+# the point, its training seconds, one thread per job, are indicative).
 PHASES: dict[str, Phase] = {p.name: p for p in (
     Phase("memory_wall", "memory_wall_case", _memory_wall, timed=False, figures=("memory_wall",),
           summary=("memory_wall",), searched=True),
@@ -144,6 +159,8 @@ PHASES: dict[str, Phase] = {p.name: p for p in (
     Phase("distributed", "distributed_case", _distributed, timed=True),
     Phase("epoch_time", "epoch_time_case", _epoch_time, timed=True, figures=("epoch_time",),
           summary=("epoch_time",)),
+    Phase("accuracy_cap", "accuracy_cap_case", _accuracy_cap, timed=False, figures=("accuracy_cap",),
+          summary=("accuracy_cap",)),
 )}
 
 # Figures drawn from every run of one system, whatever its phase: figure -> system (the estimator's:

@@ -140,9 +140,10 @@ def claim_lock(workdir: str | os.PathLike = ".") -> None:
     write_json_atomic(workdir / OWNER_FILE, owner)
 
 
-def set_aside_corrupt_records(paths: Iterable[str | os.PathLike]) -> list[str]:
+def set_aside_corrupt_records(paths: Iterable[str | os.PathLike], named: bool = True) -> list[str]:
     """Rename each existing record among ``paths`` that is unreadable or invalid to ``<path>.corrupt``;
-    one line for each."""
+    one line for each. ``named``: a record must hold the run its file names (not so for a run whose
+    setting was searched first: its file names the spec before the fit)."""
     messages = []
     for path in map(Path, paths):
         if not path.exists():
@@ -150,7 +151,7 @@ def set_aside_corrupt_records(paths: Iterable[str | os.PathLike]) -> list[str]:
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             validate_record(record)
-            if record["run_id"] != path.stem:  # a valid record of another run copied over this one
+            if named and record["run_id"] != path.stem:  # a valid record of another run copied over this one
                 raise ValueError(f"it holds run {record['run_id']!r}, not {path.stem!r}")
         except (OSError, ValueError) as exc:  # JSON and UTF-8 decoding errors are ValueErrors
             aside = corrupt_copy(path)

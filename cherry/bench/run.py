@@ -9,6 +9,9 @@ Order:
 - run ``warmup + steps`` optimizer steps on consecutive mini-batches of shuffled training seeds (or
   ``epochs`` whole epochs, evaluating after each); evaluate; write the record.
 
+With ``--fit FIT.json`` (a record of `cherry.bench.fit_setting`) the spec's searched setting is
+replaced by the one that fitted before anything runs; the record holds the spec that ran.
+
 Outcomes (the record is written in every case but a bad spec):
 - exit 0: ok; oom (torch.OutOfMemoryError or a budget too small for one seed); timeout
   (``timeout_s`` since dataset loading, checked between steps and by SIGALRM inside a step); skipped
@@ -37,14 +40,29 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cherry.bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, help="run spec (JSON, see workflow/schemas/run.schema.yaml)")
     add_output(parser, "--out", required=True, help="where to write the record (JSON)")
+    parser.add_argument("--fit", default=None, help="fit record (cherry.bench.fit_setting) whose setting replaces the spec's")
     parser.add_argument("--quiet", action="store_true", help="no per-step progress on stderr")
     args = parser.parse_args(argv)
     return run_boundary("cherry.bench.run", lambda: _run(args))
 
 
+def _fitted(spec, path: str):
+    """``spec`` with the setting of fit record ``path`` (SpecError or ValueError naming the file)."""
+    from cherry.bench.fit_setting import apply_fit
+    from cherry.io import read_json
+    from cherry.spec import spec_from_dict
+
+    fit = read_json(path, "fit record")
+    if not isinstance(fit, dict) or "settings" not in fit:
+        raise ValueError(f"--fit {path!r} is not a fit record of cherry.bench.fit_setting")
+    return spec_from_dict(apply_fit(spec.to_dict(), fit))
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec)
+        if args.fit is not None:
+            spec = _fitted(spec, args.fit)
         if os.path.realpath(args.out) == os.path.realpath(args.spec):
             raise SpecError(f"--out {args.out!r} is the spec itself: expected another file for the record")
         check_outputs(args)  # before the run, so its result is not lost at the end

@@ -53,7 +53,7 @@ def layerwise_inference(model: torch.nn.Module, graph: Graph, features: torch.Te
         model.train(was_training)
 
 
-def _host_rows(n: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+def host_rows(n: int, width: int, dtype: torch.dtype) -> torch.Tensor:
     """The host buffer of one layer's rows for every node. Host memory, not the device's: allocated on a
     short-lived thread, so that an emulated device (whose tensor tracker counts the calling thread's
     tensors) counts it as a GPU would, not at all; only each chunk's rows are the device's."""
@@ -87,7 +87,7 @@ def _infer_layer(model: torch.nn.Module, layer: int, sampler: NeighborSampler, h
             size = max(1, size // 2)
             continue
         if out is None:
-            out = _host_rows(n, rows.shape[1], rows.dtype)
+            out = host_rows(n, rows.shape[1], rows.dtype)
         out[start:end] = rows
         advance(end - start)
         start = end

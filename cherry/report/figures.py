@@ -269,6 +269,12 @@ def _epoch_time(frame, searches, sizes):
     return draw_epoch_time(frame, sizes)
 
 
+def _accuracy_cap(frame, searches, sizes):
+    from cherry.report.accuracy_cap import draw_accuracy_cap
+
+    return draw_accuracy_cap(frame)
+
+
 def _table_only(draw: Callable[[pd.DataFrame], object]):
     return lambda frame, searches, sizes: draw(frame)
 
@@ -282,6 +288,7 @@ FIGURES: dict[str, Draw] = {
     "redundancy": _table_only(draw_redundancy), "breakdown": _table_only(draw_breakdown),
     "convergence": _table_only(draw_convergence), "sensitivity": _table_only(draw_sensitivity),
     "ablation": _table_only(draw_ablation), "estimator": _table_only(draw_estimator), "epoch_time": _epoch_time,
+    "accuracy_cap": _accuracy_cap,
 }
 
 

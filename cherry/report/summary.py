@@ -324,6 +324,31 @@ def status_section(frame: pd.DataFrame) -> list[str]:
     return lines + (_table(["experiment", "system", "dataset", "batch", "status", "reason"], rows) if rows else [])
 
 
+def accuracy_cap_section(frame: pd.DataFrame) -> list[str]:
+    """The summary table: per case and setting, seeds, final best-validation test accuracy (mean and
+    min-max over seeds), training seconds, status, and the verdict against the subject."""
+    from cherry.report.accuracy_cap import MIN_SEEDS, final_stats, settings, verdict, wall_mean
+
+    found = settings(frame)
+    subject = {case: final_stats(rows) for case, _, rows in found
+               if rows.iloc[0]["system"] == subject_system() and rows.iloc[0]["axis"] == "own_k"}
+    out = []
+    for case, label, rows in found:
+        stats = final_stats(rows)
+        acc = "-" if stats is None else f"{stats[0]:.4f} [{stats[1]:.4f}, {stats[2]:.4f}]"
+        is_subject = rows.iloc[0]["system"] == subject_system() and rows.iloc[0]["axis"] == "own_k"
+        out.append([case, label, f"{0 if stats is None else stats[3]}/{len(rows)}", acc, _fmt(wall_mean(rows)),
+                    t.statuses(rows), "-" if is_subject else verdict(stats, subject.get(case))])
+    return ["## Accuracy under a fixed device", "",
+            "Each system under one capacity with the settings it can fit: a plain system at the largest batch "
+            "that fits (the run's fanouts) and at the run's batch with the largest fanouts that fit; the others "
+            "at the run's batch and fanouts with their own K. Test accuracy at the best validation epoch, mean "
+            f"[min, max] over seeds; a verdict against {subject_system()} only with {MIN_SEEDS}+ seeds a side and "
+            "disjoint spreads. Training seconds: step time summed over the epochs (evaluation excluded), "
+            "mean over seeds.", ""] + _table(
+        ["case", "setting", "seeds ok", "best-valid test acc", "train s", "status", "verdict"], out)
+
+
 @dataclass(frozen=True)
 class SummaryInputs:
     """What a section reads: the run table, the memory wall's searches, each dataset's training-set
@@ -356,6 +381,7 @@ SECTIONS: dict[str, Section] = {
     "verify": Section(False, lambda i: verify_section(i.verify_paths)),
     "estimator": Section(False, lambda i: estimator_section(i.frame)),
     "convergence": Section(False, lambda i: convergence_section(i.frame)),
+    "accuracy_cap": Section(False, lambda i: accuracy_cap_section(i.frame)),
     "runs": Section(False, lambda i: status_section(i.frame)),
 }
 

@@ -4,11 +4,14 @@ Cherry at K = 1 and at automatic K under a tight emulated capacity (half the K =
 peak) record the same loss at every step (to rounding for 20 steps, within 2% to the 60th), the
 micro-batched run stays within its capacity, and both test accuracies are within 2 points of stock
 DGL (its own NeighborSampler and ``dgl.nn`` layers, `baselines.dgl`) trained the same way: the same model, batches, steps, learning rate and evaluator.
+Stock DGL samples on one OpenMP thread here: seeded, its draws are then the same run to run (with
+several threads they race), so the comparison is a fixed number, not a draw.
 All three run in this process through the benchmark runner (`cherry.bench.runner.execute`), the code
 every workflow run goes through. About 30 s of CPU (90 s of wall time on a loaded 2-core machine).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -34,6 +37,20 @@ def _record(tmp_path, name: str, **settings) -> dict:
     return record
 
 
+@contextlib.contextmanager
+def _one_dgl_thread():
+    """DGL's sampler on one OpenMP thread (reproducible when seeded), restored afterwards."""
+    from cherry.compat.dgl import import_dgl
+
+    dgl = import_dgl()
+    before = dgl.utils.get_num_threads()
+    dgl.utils.set_num_threads(1)
+    try:
+        yield
+    finally:
+        dgl.utils.set_num_threads(before)
+
+
 @pytest.mark.slow
 @needs_graph("amazon_photo.npz")
 @pytest.mark.parametrize("model", sorted(RUNS))
@@ -55,9 +72,10 @@ def test_amazon_photo_auto_k_under_a_cap_equals_k1_and_matches_stock_dgl(tmp_pat
     ok, reason = dgl_available()
     if not ok:
         pytest.skip(f"stock DGL is not importable here: {reason}")
-    stock = _record(tmp_path, "dgl", system="dgl", **settings)
+    with _one_dgl_thread():
+        stock = _record(tmp_path, "dgl", system="dgl", **settings)
     assert stock["test_acc"] > 0.8, stock["test_acc"]  # it learned: 8 classes, the largest a quarter
-    # DGL's parallel sampler is not reproducible run to run even when seeded (its test accuracy here moved
-    # from 0.849 to 0.884 between identical runs), so agreement with it is held to 4 points, not 2
+    # seeds 0, 1, 2 on one thread: DGL 0.908/0.903/0.908 (GCN), 0.885/0.884/0.877 (GAT); Cherry at K = 1
+    # 0.901/0.896/0.908, 0.884/0.875/0.872: at most 0.9 points apart, each DGL run the same twice
     for record in (k1, auto):
-        assert abs(record["test_acc"] - stock["test_acc"]) <= 0.04, (record["test_acc"], stock["test_acc"])
+        assert abs(record["test_acc"] - stock["test_acc"]) <= 0.02, (record["test_acc"], stock["test_acc"])

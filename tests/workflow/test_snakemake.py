@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from cherry.bench.experiments import plan_runs, plan_searches
+from cherry.bench.experiments import plan_fits, plan_runs, plan_searches
 from cherry.bench.phases import figure_sources
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,6 +48,10 @@ def tiny_config(root: Path) -> dict:
             "ablation": [{"dataset": "synth-tiny", "num_microbatches": [2], "variants": [{"pipeline": False}],
                           "repeats": 2, "run": {"steps": 3}}],  # 2 repeats: a ratio with a verdict
             "distributed": [{"dataset": "synth-tiny", "nproc": [2], "num_microbatches": [2]}],
+            # plain DGL (~1.5 MiB at batch 512, hidden 64) under 1 MiB: its batch and its fanouts searched
+            "accuracy_cap": [{"dataset": "synth-tiny", "device_memory_bytes": "1MiB",
+                              "systems": {"dgl": [1], "cherry": ["auto"]}, "fit_steps": 3,
+                              "run": {"hidden": 64, "batch_size": 512, "epochs": 2, "evaluate": True}}],
         },
         "verify": [{"name": "sage-mean", "dataset": "synth-tiny", "aggr": "mean", "hidden": 16, "fanouts": [5, 10],
                     "batch_size": 256, "num_microbatches": 2}],
@@ -91,8 +95,10 @@ def test_every_figure_table_summary_and_record_exists(finished):
         # the spec file reproduces the run by hand: python -m cherry.bench.run --spec ... --out ...
         assert json.loads((results / "specs" / f"{run}.json").read_text()) == spec
     table = pd.read_csv(results / "records" / "runs.csv")
-    assert sorted(table["run_id"]) == sorted(runs)
-    assert len(pd.read_parquet(results / "records" / "runs.parquet")) == len(runs)
+    fitted = plan_fits(config)[1]  # runs named by their spec before the fit: their records hold the fitted spec
+    assert sorted(table["run_id"][~table["axis"].isin(["largest_batch", "largest_fanouts"])]) == sorted(runs)
+    assert len(table) == len(runs) + len(fitted)
+    assert len(pd.read_parquet(results / "records" / "runs.parquet")) == len(runs) + len(fitted)
     assert set(table["status"]) <= {"ok", "oom"}
     assert (table["status"] == "ok").sum() >= len(runs) - 3  # full at 8 MiB (epoch time) is out of memory
     assert table[table["experiment"] == "distributed"]["nproc"].tolist() == [2]
@@ -120,6 +126,33 @@ def test_every_figure_table_summary_and_record_exists(finished):
     assert "| sage-mean | 2 | 256 |" in summary and "within" in summary
     planner = json.loads((results / "planner" / "planner.json").read_text())["rows"]
     assert {(r["graph"], r["k"]) for r in planner} == {(g, k) for g in ("chung-lu", "synth-tiny") for k in (2, 4)}
+
+
+def test_accuracy_under_a_cap_trains_with_the_searched_settings_and_reports_them(finished):
+    workdir, config = finished
+    results = workdir / "results"
+    fits, fitted = plan_fits(config)
+    assert sorted(f["knob"] for f in fits.values()) == ["batch_size", "fanouts"]
+    found = {f["knob"]: json.loads((results / "records" / "fits" / f"{i}.json").read_text()) for i, f in fits.items()}
+    # the run's batch (512) and fanouts (5,10) do not fit 1 MiB at K = 1: both searches went below them
+    assert found["batch_size"]["settings"]["batch_size"] < 512
+    assert found["batch_size"]["smallest_oom_value"] is not None
+    assert found["fanouts"]["largest_fit_value"] is None or found["fanouts"]["largest_fit_value"] < 10
+    table = pd.read_csv(results / "records" / "runs.csv")
+    rows = table[table["experiment"] == "accuracy_cap"]
+    assert len(rows) == len(fitted) + 1 == 3  # dgl once per fitted axis, cherry at its own K
+    for run_id, run in fitted.items():  # each fitted run trained with its search's setting
+        record = json.loads((results / "records" / "fitted" / f"{run_id}.json").read_text())
+        settings = found[fits[run["fit"]]["knob"]]["settings"]
+        spec = {"batch_size": record["batch_size"], "fanouts": [int(f) for f in record["fanouts"].split(",")]}
+        assert all(spec[key] == value for key, value in settings.items()), (settings, spec)
+    summary = (results / "summary.md").read_text()
+    section = summary.split("## Accuracy under a fixed device")[1].split("\n## ")[0]
+    batch = found["batch_size"]["settings"]["batch_size"]
+    assert f"DGL, largest batch that fits: batch {batch}, fanouts 5,10" in section
+    assert "Cherry (K=auto), own K: batch 512, fanouts 5,10" in section
+    cherry = rows[rows["system"] == "cherry"]
+    assert set(cherry["status"]) == {"ok"} and cherry["num_microbatches_max"].min() >= 2
 
 
 def test_report_builds_and_a_second_run_has_nothing_to_do(finished):

@@ -14,6 +14,7 @@ from cherry.bench.experiments import (
     datasets_used,
     graphs_dir_of,
     needs_ordering,
+    plan_fits,
     plan_runs,
     plan_searches,
     verify_arguments,
@@ -28,6 +29,8 @@ os.environ["CHERRY_GRAPHS"] = graphs_dir_of(config, workflow.basedir)
 try:
     RUNS = plan_runs(config)
     SEARCHES = plan_searches(config)  # the memory wall: one largest-batch search per system and K
+    # accuracy under a cap: setting searches, and the runs that train with what each found
+    FITS, FITTED = plan_fits(config)
     CHECKS = verify_checks(config)
 except ConfigError as exc:
     sys.exit(f"cherry workflow: {exc}")
@@ -74,6 +77,7 @@ CAPTIONS = os.path.join(workflow.basedir, "workflow", "report", "captions")
 wildcard_constraints:
     run="[A-Za-z0-9_.-]+",
     search="[A-Za-z0-9_.-]+",
+    fit="[A-Za-z0-9_.-]+",
     dataset="[A-Za-z0-9_.-]+",
     ordering="metis|random",
     seed="[0-9]+",
@@ -84,6 +88,12 @@ wildcard_constraints:
 def record_paths():
     """Every run's record."""
     return [f"results/records/runs/{run}.json" for run in RUNS]
+
+
+def fitted_record_paths():
+    """Every record of a run that trains with a searched setting (its file is named by its spec
+    before the fit; the record holds the spec that ran)."""
+    return [f"results/records/fitted/{run}.json" for run in FITTED]
 
 
 def verify_paths():
@@ -103,7 +113,8 @@ def has_runs(what):
         return any(spec["system"] == what for spec in RUNS.values())
     if PHASES[what].searched:
         return any(search["spec"]["experiment"] == what for search in SEARCHES.values())
-    return any(spec["experiment"] == what for spec in RUNS.values())
+    specs = list(RUNS.values()) + [run["spec"] for run in FITTED.values()]
+    return any(spec["experiment"] == what for spec in specs)
 
 
 def figure_caption(wildcards):
@@ -156,6 +167,40 @@ def search_inputs(wildcards):
     return inputs
 
 
+def fit_inputs(wildcards):
+    """A setting search needs its probe spec and its dataset."""
+    spec = FITS[wildcards.fit]["spec"]
+    return {"spec": f"results/specs/{wildcards.fit}.json", "data": data_stamp(spec["dataset"])}
+
+
+def fit_options(wildcards):
+    """`cherry.bench.fit_setting` options of one setting search."""
+    fit = FITS[wildcards.fit]
+    return (f"--knob {fit['knob']} --ratio-tolerance {fit['ratio_tolerance']}"
+            f" --seed-tolerance {fit['seed_tolerance']}")
+
+
+def fit_gpus(wildcards):
+    return 1 if FITS[wildcards.fit]["spec"]["device"] == "cuda" else 0
+
+
+def fitted_inputs(wildcards):
+    """A fitted run needs its spec, its setting search's record and its dataset."""
+    run = FITTED[wildcards.run]
+    return {"spec": f"results/specs/{wildcards.run}.json", "fit": f"results/records/fits/{run['fit']}.json",
+            "data": data_stamp(run["spec"]["dataset"])}
+
+
+def fitted_gpus(wildcards):
+    return 1 if FITTED[wildcards.run]["spec"]["device"] == "cuda" else 0
+
+
+def fitted_timed(wildcards):
+    """1 for a CPU run of a timed phase (as `run_timed`)."""
+    spec = FITTED[wildcards.run]["spec"]
+    return 1 if spec["device"] == "cpu" and spec["experiment"] in TIMED_EXPERIMENTS else 0
+
+
 def search_options(wildcards):
     """`cherry.bench.capacity_run` tolerance options of one search."""
     search = SEARCHES[wildcards.search]
@@ -168,7 +213,13 @@ def search_gpus(wildcards):
 
 def spec_text(wildcards):
     """The spec of a run or of a search's start as JSON (a params change re-writes the spec file)."""
-    spec = RUNS[wildcards.run] if wildcards.run in RUNS else SEARCHES[wildcards.run]["spec"]
+    run = wildcards.run
+    if run in RUNS:
+        spec = RUNS[run]
+    elif run in FITTED:
+        spec = FITTED[run]["spec"]
+    else:
+        spec = (SEARCHES[run] if run in SEARCHES else FITS[run])["spec"]
     return json.dumps(spec, indent=2, sort_keys=True)
 
 

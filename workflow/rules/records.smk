@@ -8,8 +8,8 @@ from cherry.bench.recovery import corrupt_copies
 
 rule aggregate_records:
     input:
-        records=record_paths(),
-        corrupt=corrupt_copies(record_paths()),
+        records=record_paths() + fitted_record_paths(),
+        corrupt=corrupt_copies(record_paths() + fitted_record_paths()),
     output:
         table=update("results/records/runs.csv"),
         parquet=update("results/records/runs.parquet"),

@@ -63,3 +63,43 @@ rule search_largest_batch:
         CONDA_ENV
     shell:
         "python -m cherry.bench.capacity_run --spec {input.spec} --out {output.record} {params.options} 2> {log}"
+
+
+# Accuracy under a cap: a plain system's largest setting that fits (its batch, or its fanouts) is
+# searched once (probes of a few steps), then each seed trains with it. By hand:
+#   python -m cherry.bench.fit_setting --spec results/specs/FIT.json --knob batch_size --out fit.json
+#   python -m cherry.bench.run --spec results/specs/RUN.json --fit fit.json --out record.json
+rule fit_setting:
+    input:
+        unpack(fit_inputs),
+    output:
+        record="results/records/fits/{fit}.json",
+    log:
+        "results/logs/fits/{fit}.log",
+    params:
+        options=fit_options,
+    threads: THREADS
+    resources:
+        gpu=fit_gpus,
+    conda:
+        CONDA_ENV
+    shell:
+        "python -m cherry.bench.fit_setting --spec {input.spec} --out {output.record} {params.options} 2> {log}"
+
+
+rule run_fitted:
+    input:
+        unpack(fitted_inputs),
+    output:
+        record="results/records/fitted/{run}.json",
+    log:
+        "results/logs/fitted/{run}.log",
+    threads: THREADS
+    resources:
+        gpu=fitted_gpus,
+        timed_runs=fitted_timed,
+    conda:
+        CONDA_ENV
+    shell:
+        "OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads} "
+        "python -m cherry.bench.run --spec {input.spec} --fit {input.fit} --out {output.record} 2> {log}"
