@@ -24,8 +24,12 @@ SPLIT = "?split=random:0.2,0.1@0"
 SETTINGS = dict(fanouts=(10, 10), batch_size=512, max_steps_per_epoch=4, evaluate=False, seed=0)
 HIDDEN, DROPOUT = 64, 0.5
 # capacities as fractions of the model's measured K = 1 peak, roomy to tight (the tightest ~12 seeds
-# per micro-batch), and "below-seed": 0.7 of the largest one-seed micro-batch's peak
-CAPACITIES = (1.0, 0.5, 0.3, "below-seed")
+# per micro-batch). "below-seed" (0.7 of the largest one-seed micro-batch's peak) is not among them:
+# for these 2-layer GATs per-layer recomputation lowers a seed's peak by little (its first layer's own
+# backward is the peak), so no plan fits there, and today the probe-priced first plan is not refused
+# up front but runs out of memory (tests/e2e/test_recompute_any_model.py covers below one seed on a
+# 4-layer GAT, where recomputation pays)
+CAPACITIES = (1.0, 0.5, 0.3)
 
 
 @pytest.fixture(scope="module")
