@@ -9,6 +9,10 @@ on an emulated device (`DeviceMemory` with a capacity: the out-of-memory a GPU w
   unstreamed K = 1 epoch's (median ratio with its bootstrap interval, `cherry.report.stats`);
 - on a graph whose features are not wider than the first layer's output (``--narrow``, generated),
   ``stream_inputs: off`` beside auto at every budget: auto must change nothing there.
+``--graphs`` may name `GENERATED_WIDE` beside the npz files: a graph generated in memory (Barabasi-Albert,
+heavily overlapping neighbourhoods, `WIDE_FEATURES` random features), the same on every machine.
+``--quick`` runs that graph alone (GCN, 2 steps, 2 rounds): the GPU check's section, which needs no
+file from ``../shared/graphs``.
 Every configuration trains the same batches (the first ``--steps`` of epoch 0, sampled once), with a
 fresh trainer per epoch (so each epoch plans from an uncalibrated model, as a new run does); the
 configurations run in rotating order within each of ``--repeats`` rounds (interleaved). The device's
@@ -28,6 +32,22 @@ from benchmarks.threads import keeps_threads
 WIDE_GRAPHS = ("flickr.npz", "coauthor_cs.npz", "amazon_computers.npz")
 MODELS = ("gcn", "gat", "sage-mean")
 SPLIT = "?split=random:0.5,0.25@0"  # the issue's 50/25/25 random split
+GENERATED_WIDE = "generated-wide"
+WIDE_NODES, WIDE_M, WIDE_FEATURES = 8_000, 10, 2_048  # 62.5 MiB of features, average degree about 20
+
+
+def _wide_dataset(seed: int):
+    """`GENERATED_WIDE`: a Barabasi-Albert graph with wide random features, split 50/25/25 at random."""
+    from cherry.data import Dataset
+    from cherry.data.degree_laws import degree_law_graph
+
+    graph = degree_law_graph("barabasi-albert", WIDE_NODES, seed=seed, m=WIDE_M)
+    gen = torch.Generator().manual_seed(seed)
+    n = graph.num_nodes
+    perm = torch.randperm(n, generator=gen)
+    return Dataset(name=GENERATED_WIDE, graph=graph, features=torch.randn(n, WIDE_FEATURES, generator=gen),
+                   labels=torch.randint(0, 8, (n,), generator=gen), train_idx=perm[: n // 2],
+                   valid_idx=perm[n // 2: 3 * n // 4], test_idx=perm[3 * n // 4:], num_classes=8)
 
 
 def _spec(args, dataset: str, model: str, k=None, budget=None, stream="auto"):
@@ -36,6 +56,8 @@ def _spec(args, dataset: str, model: str, k=None, budget=None, stream="auto"):
     name, _, aggr = model.partition("-")
     capacity = None if budget is None else int(budget / (1 - BUDGET_RESERVE_FRACTION)) + 1
     gat = name == "gat"
+    # the generated graph is passed to the trainer; its spec names a registered dataset (never loaded)
+    dataset = "synth-tiny" if dataset == GENERATED_WIDE else dataset
     return make_spec(dataset=dataset, root=args.root, model=name, aggr=aggr or None, num_layers=len(args.sample_fanouts),
                      fanouts=args.sample_fanouts, hidden=args.hidden // args.heads if gat else args.hidden, heads=args.heads,
                      batch_size=args.batch_size, num_microbatches=k, budget_bytes=budget,
@@ -97,7 +119,7 @@ def _case(args, dataset_name: str, model: str, narrow: bool) -> dict:
     from cherry.data import load_dataset
     from cherry.report.stats import median_ratio
 
-    dataset = load_dataset(dataset_name, args.root)
+    dataset = _wide_dataset(args.seed) if dataset_name == GENERATED_WIDE else load_dataset(dataset_name, args.root)
     base = _spec(args, dataset_name, model, k=1, stream="off")
     batches = _batches(dataset, base, args.steps)
     plain = _epoch(dataset, base, batches)  # also the warm-up of this case
@@ -159,13 +181,13 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.quick:
-        args.graphs, args.models, args.steps, args.repeats = "amazon_computers.npz", "gcn", 2, 2
+        args.graphs, args.models, args.steps, args.repeats, args.narrow = GENERATED_WIDE, "gcn", 2, 2, ""
     graphs = [g for g in args.graphs.split(",") if g]
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         raise ValueError(f"--models: {unknown[0]!r} is not one of {','.join(MODELS)}")
-    missing = [g for g in graphs if not (graphs_dir() / g).is_file()]
+    missing = [g for g in graphs if g != GENERATED_WIDE and not (graphs_dir() / g).is_file()]
     if missing:
         raise ValueError(f"--graphs: {missing[0]} is not in {graphs_dir()} (the gnn-benchmark npz files)")
     print(f"cherry bench stream: batch {args.batch_size}, fanouts {list(args.sample_fanouts)}, hidden {args.hidden}, "
@@ -174,7 +196,7 @@ def run(args) -> int:
     cases = []
     for graph in graphs:
         for model in models:
-            cases.append(_case(args, graph + SPLIT, model, narrow=False))
+            cases.append(_case(args, graph if graph == GENERATED_WIDE else graph + SPLIT, model, narrow=False))
             _print(cases[-1])
     if args.narrow:
         for model in models:

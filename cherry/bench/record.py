@@ -215,6 +215,7 @@ def build_record(spec: RunSpec, m: RunMeasurements, prov: Optional[dict] = None)
         "num_microbatches_changes": sum(a.num_microbatches != b.num_microbatches
                                         for a, b in zip(measured, measured[1:])) if measured else None,
         "recompute_steps": _count(o.recompute for o in measured),
+        "streamed_steps": _count(o.streamed for o in measured),
         "oom_recoveries": _count(o.oom_recoveries for o in measured),
         "oom_single_seed": m.oom_single_seed if m.status == "oom" else None,
         "warmup_steps": warmup,

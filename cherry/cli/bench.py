@@ -155,7 +155,8 @@ def _register_stream(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sample-fanouts", type=lambda v: [int(x) for x in v.split(",")], default=[15, 10],
                    help="fanouts per layer, input layer first (default: 15,10)")
     p.add_argument("--graphs", default="flickr.npz,coauthor_cs.npz,amazon_computers.npz",
-                   help="comma-separated gnn-benchmark files in the graphs directory ('' for none)")
+                   help="comma-separated gnn-benchmark files in the graphs directory, or generated-wide (a "
+                        "generated graph with 2,048 features); '' for none")
     p.add_argument("--narrow", default="synth-arxiv",
                    help="a generated dataset whose features are not wider than the first layer ('' for none)")
     p.add_argument("--models", default="gcn,gat,sage-mean", help="comma-separated subset of gcn,gat,sage-mean")
@@ -164,7 +165,8 @@ def _register_stream(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=positive_int, default=3, help="interleaved rounds (epochs per configuration)")
     p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--quick", action="store_true",
-                   help="a small check (amazon_computers.npz, GCN, 1 step, 2 rounds): what the GPU check runs")
+                   help="a small check (the generated wide graph alone, GCN, 2 steps, 2 rounds, no --narrow): "
+                        "what the GPU check runs")
     add_output(p, "--json", default=None, metavar="OUT")
     p.set_defaults(func=_runner("stream"))
 

@@ -194,7 +194,8 @@ def _epoch_line(result) -> str:
             f"valid_acc={result.valid_acc:.4f} K={result.max_microbatches} "
             f"peak={format_size(peak) if peak else 'n/a'} est={format_size(result.estimated_peak_bytes)} "
             f"K_changes={result.k_changes} recompute={result.recompute_steps}/{result.num_steps} "
-            f"h2d={format_size(result.feature_bytes_moved)} hit={result.feature_hit_rate:.3f}")
+            f"h2d={format_size(result.feature_bytes_moved)} hit={result.feature_hit_rate:.3f}"
+            + (f" streamed={result.streamed_steps}/{result.num_steps}" if result.streamed_steps else ""))
 
 
 def _write_summary(path: str, summary: dict) -> None:

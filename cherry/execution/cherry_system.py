@@ -62,7 +62,7 @@ class CherrySystem(System):
         stats = self.trainer.step(batch.prepared)
         return StepOutcome(loss=stats.loss, num_microbatches=stats.num_microbatches,
                            redundancy=tuple(stats.redundancy), estimated_peak_bytes=stats.estimated_peak_bytes,
-                           measured_peak_bytes=stats.measured_peak_bytes, recompute=stats.recompute,
+                           measured_peak_bytes=stats.measured_peak_bytes, recompute=stats.recompute, streamed=stats.streamed,
                            oom_recoveries=stats.num_oom_recoveries, feature_rows_read=stats.feature_rows_read,
                            feature_rows_missed=stats.feature_rows_missed,
                            feature_bytes_moved=stats.feature_bytes_moved)

@@ -36,7 +36,7 @@ from cherry.execution.recompute import can_recompute, no_units_error, recomputed
 from cherry.execution.recovery import (MicrobatchOutOfMemoryError, Replanner, SingleSeedMicrobatchOutOfMemoryError,
                                        StepPlan, recover)
 from cherry.execution.staging import PreparedInputs, StagedBatch, Staging
-from cherry.execution.stream import can_stream, check_streamable, chunk_rows, input_projections, streamed
+from cherry.execution.stream import can_stream, check_streamable, chunk_rows, stream_width, streamed
 from cherry.models.dropout import set_dropout_step, step_seed
 from cherry.models.sage import reads_degree_layouts
 from cherry.planning import BatchShape, BudgetTooSmallError, MemoryModel, MicrobatchPlan, plan_microbatches
@@ -128,9 +128,7 @@ class MicrobatchExecutor:
         if not self._can_stream:
             self.stream_chunk_rows = 0
             return
-        layer = self.model.layers[0]
-        width = getattr(layer, next(iter(input_projections(self.model)))).in_features
-        self.stream_chunk_rows = chunk_rows(width, self.options.budget_bytes)
+        self.stream_chunk_rows = chunk_rows(stream_width(self.model), self.options.budget_bytes)
         self.memory_model.stream_chunk_rows = self.stream_chunk_rows
 
     @contextmanager

@@ -131,15 +131,19 @@ def _module_units(model: torch.nn.Module, calls: list) -> Iterator[None]:
     inside = [False]  # a unit's own submodules run inside it, never as units of their own
     wrapped = []
     for module in model.modules():
-        if module is model or "forward" in module.__dict__ or isinstance(module, torch.jit.ScriptModule):
+        own = module.__dict__.get("forward")  # the streamed input layer's shadow is a unit too
+        if module is model or (own is not None and not getattr(own, "cherry_unit", False)) \
+                or isinstance(module, torch.jit.ScriptModule):
             continue  # (a scripted module's forward cannot be shadowed; one the user shadowed stays theirs)
         module.forward = _unit_forward(module.forward, graphs, inside, calls)
-        wrapped.append(module)
+        wrapped.append((module, own))
     try:
         yield
     finally:
-        for module in wrapped:
+        for module, own in wrapped:
             del module.forward
+            if own is not None:
+                module.forward = own
         if adapter:
             del model.layer_graphs
         handle.remove()

@@ -18,6 +18,13 @@ it replaces the model's bound ``forward_input`` (input dropout moves into the ch
 each declared ``nn.Linear`` return its ``P``. The model runs on a zero-stride placeholder ``x`` (NaN, so
 a use of ``x`` outside a declared projection shows in the loss). Keep the block open over backward: a
 recomputed layer 0 (checkpointing, entered inside this block) streams again there.
+
+An adapted model (`from_dgl`, `from_pyg`) has no ``forward_layer``: its adapter names its first stock
+layer and that layer's projections (``input_layer()``, `cherry.interop.projections`). The wrapper
+shadows that module's ``forward``: called on the placeholder, it computes the projections in one
+streamed pass and runs the stock forward with them returning ``P`` (a ``GraphConv`` runs on ``P`` with
+its weight hidden). Called on another tensor (a dropout before it), it raises and marks the model not
+streamable, since the stock layer would read a dropped copy of ``x`` the chunks cannot reproduce.
 """
 from __future__ import annotations
 
@@ -33,6 +40,7 @@ from cherry.models.dropout import apply_dropout
 CHUNK_MAX_BYTES = 4 << 20  # a chunk of gathered rows (Flickr GCN: a step at 39 rows as fast as at 348)
 CHUNK_MIN_ROWS = 16  # fewer rows per GEMM would cost more in calls than a small budget saves
 CHUNK_BUDGET_SHARE = 32  # a chunk takes at most this fraction of the budget
+_NOT_READ = "_cherry_input_not_streamed"  # set on an adapted model whose layer 0 did not read x: why
 
 
 def chunk_rows(width: int, budget_bytes: Optional[int], element_size: int = 4) -> int:
@@ -62,15 +70,38 @@ def input_projections(model: nn.Module) -> dict[str, str]:
     return found
 
 
+def adapter_input_layer(model: nn.Module):
+    """An adapted model's (`cherry.interop`) layer 0 and its projections (``InputLayer``), or None and
+    the reason; None and "" for a model that is no adapter."""
+    find = getattr(model, "input_layer", None)
+    if not callable(find) or not callable(getattr(model, "layer_graphs", None)):
+        return None, ""
+    if model.__dict__.get(_NOT_READ, False):
+        return None, model.__dict__[_NOT_READ]
+    return find()
+
+
 def can_stream(model: nn.Module) -> bool:
     """Whether ``model``'s first layer declares an input projection that `streamed` can stream."""
-    return bool(input_projections(model))
+    return bool(input_projections(model)) or adapter_input_layer(model)[0] is not None
+
+
+def stream_width(model: nn.Module) -> int:
+    """The width of the rows a streamable ``model`` streams."""
+    layer, _ = adapter_input_layer(model)
+    if layer is not None:
+        return layer.width
+    return getattr(model.layers[0], next(iter(input_projections(model)))).in_features
 
 
 def check_streamable(model: nn.Module) -> None:
     """One-line ValueError, naming the first layer, unless ``model`` can stream its input layer."""
     if can_stream(model):
         return
+    layer, why = adapter_input_layer(model)
+    if why:
+        raise ValueError(f"stream_inputs='on' needs a first layer that maps its input rows to a narrower width: "
+                         f"layer 0 ({why}) does not; use 'auto' or 'off'")
     layers = getattr(model, "layers", None)
     layer = type(layers[0]).__name__ if layers else type(model).__name__
     raise ValueError(f"stream_inputs='on' needs a first layer that maps its input rows to a narrower width: "
@@ -142,21 +173,42 @@ class StreamedProjection(torch.autograd.Function):
         return (None, None, *dws)
 
 
+def _projected(layer: str, name: str, linear: nn.Module, computed: dict, placeholder: torch.Tensor):
+    """A forward for ``linear`` returning its streamed ``P`` (rows of the placeholder it is called on:
+    all of ``P``'s or a prefix of them), plus its bias."""
+    def forward(h: torch.Tensor) -> torch.Tensor:
+        if name not in computed or not _is_placeholder(h, placeholder) or h.shape[0] > computed[name].shape[0]:
+            raise ValueError(f"layer 0 ({layer}) declared {name!r} an input projection of its input rows, "
+                             f"but called it on another tensor ({tuple(h.shape)})")
+        out = computed[name]
+        out = out if h.shape[0] == out.shape[0] else out[: h.shape[0]]
+        return out if linear.bias is None else out + linear.bias
+    return forward
+
+
+def _is_placeholder(h, placeholder: torch.Tensor) -> bool:
+    """Whether ``h`` is the placeholder or a prefix of its rows (what a layer's input rows are)."""
+    return isinstance(h, torch.Tensor) and h.dim() == 2 and h.data_ptr() == placeholder.data_ptr() \
+        and h.shape[1] == placeholder.shape[1] and h.shape[0] <= placeholder.shape[0] and not any(h.stride())
+
+
+def _shadow(linears: dict, layer: str, computed: dict, placeholder: torch.Tensor) -> Callable[[], None]:
+    """Make each of ``linears`` return its streamed ``P``; the restorer."""
+    for name, linear in linears.items():
+        linear.forward = _projected(layer, name, linear, computed, placeholder)
+
+    def restore() -> None:
+        for linear in linears.values():
+            del linear.forward
+    return restore
+
+
 def _layer_zero(model: nn.Module, source: RowSource, projections: dict[str, str], placeholder: torch.Tensor):
     """The ``forward_layer`` that streams layer 0's projections, and the restorer of what it shadowed."""
     layer = model.layers[0]
     unit = model.forward_layer
     linears = {name: getattr(layer, name) for name in projections}
     computed: dict[str, torch.Tensor] = {}
-
-    def projected(name: str, linear: nn.Linear):
-        def forward(h: torch.Tensor) -> torch.Tensor:
-            if name not in computed or h.data_ptr() != placeholder.data_ptr() or h.shape[0] != computed[name].shape[0]:
-                raise ValueError(f"layer 0 ({type(layer).__name__}) declared {name!r} an input projection of its "
-                                 f"{projections[name]} rows, but called it on another tensor ({tuple(h.shape)})")
-            out = computed[name]
-            return out if linear.bias is None else out + linear.bias
-        return forward
 
     def forward_layer(index, block, h):
         if index == 0:
@@ -169,13 +221,61 @@ def _layer_zero(model: nn.Module, source: RowSource, projections: dict[str, str]
                 computed.clear()
         return unit(index, block, h)
 
-    for name, linear in linears.items():
-        linear.forward = projected(name, linear)
+    return forward_layer, _shadow(linears, type(layer).__name__, computed, placeholder)
 
-    def restore() -> None:
-        for linear in linears.values():
-            del linear.forward
-    return forward_layer, restore
+
+def _adapter_zero(model: nn.Module, source: RowSource, layer, placeholder: torch.Tensor):
+    """Shadow an adapted model's layer 0 (an ``InputLayer``) so that it streams its projections when
+    called on the placeholder; the restorer, which raises where no call did."""
+    module, computed, calls, blocks = layer.module, {}, [0], [None]
+    original = module.forward
+    names = tuple(layer.projections) if layer.matmul is None else (layer.matmul,)
+
+    def weight(name: str) -> torch.Tensor:
+        return getattr(module, name).weight if layer.matmul is None else getattr(module, name).t()
+
+    def forward(*args, **kwargs):
+        values = [v for a in (*args, *kwargs.values()) for v in (a if isinstance(a, (tuple, list)) else (a,))]
+        if not any(_is_placeholder(v, placeholder) and v.shape[0] == source.num_rows for v in values):
+            why = f"{layer.label} is called on a tensor other than the model's input x (a dropout or transform " \
+                  "before it), so its input rows cannot stream"
+            model.__dict__[_NOT_READ] = why
+            raise ValueError(f"streamed input layer: layer 0 ({why}); set stream_inputs to 'off'")
+        calls[0] += 1
+        block = blocks[0].layers[0]
+        rows = tuple(block.num_dst if layer.projections.get(n) == "dst" else block.num_src for n in names)
+        outs = StreamedProjection.apply(source, rows, *(weight(n) for n in names))
+        if layer.matmul is None:
+            computed.update(zip(names, outs))
+            try:
+                return original(*args, **kwargs)
+            finally:
+                computed.clear()
+        # the module runs on P with its weight hidden: its other branch, the same function
+        swap = lambda v: outs[0] if _is_placeholder(v, placeholder) and v.shape[0] == source.num_rows else v
+        args = tuple(tuple(swap(v) for v in a) if isinstance(a, tuple) else swap(a) for a in args)
+        kwargs = {k: tuple(swap(v) for v in a) if isinstance(a, tuple) else swap(a) for k, a in kwargs.items()}
+        saved = module._parameters[layer.matmul]
+        module._parameters[layer.matmul] = None
+        try:
+            return original(*args, **kwargs)
+        finally:
+            module._parameters[layer.matmul] = saved
+
+    forward.cherry_unit = True  # recomputation may checkpoint it (`cherry.execution.recompute`)
+    module.forward = forward
+    hook = model.register_forward_pre_hook(lambda _, args: blocks.__setitem__(0, args[0]))
+    restore_linears = _shadow({n: getattr(module, n) for n in layer.projections}, layer.label, computed,
+                              placeholder)
+
+    def restore(failed: bool) -> None:
+        hook.remove()
+        restore_linears()
+        del module.forward
+        if not calls[0] and not failed:
+            raise ValueError(f"streamed input layer: layer 0 ({layer.label}) never ran on the model's input x; "
+                             "set stream_inputs to 'off'")
+    return restore
 
 
 @contextmanager
@@ -186,17 +286,27 @@ def streamed(model: nn.Module, source: RowSource, placeholder: Optional[torch.Te
     dropout is not exact (no step seed in training)."""
     check_streamable(model)
     projections = input_projections(model)
-    dropout = model.input_dropout
-    p = dropout.p if dropout.training and model.training else 0.0
+    adapted, _ = adapter_input_layer(model)
+    dropout = getattr(model, "input_dropout", None) if adapted is None else None  # an adapter's: in its model
+    p = dropout.p if dropout is not None and dropout.training and model.training else 0.0
     if p > 0.0 and dropout.step_seed is None:
         raise ValueError("streamed input layer: input dropout without a step seed draws a fresh mask per call, "
                          "which a re-gather cannot reproduce; set one (cherry.models.dropout.set_dropout_step)")
-    source = RowSource(source.gather, source.nodes, source.width, source.chunk_rows, p, dropout.step_seed)
+    source = RowSource(source.gather, source.nodes, source.width, source.chunk_rows, p,
+                       dropout.step_seed if dropout is not None else None)
     if placeholder is None:
         placeholder = source.placeholder()
     elif tuple(placeholder.shape) != (source.num_rows, source.width) or any(placeholder.stride()):
         raise ValueError(f"placeholder must be a zero-stride [{source.num_rows}, {source.width}] tensor "
                          f"(RowSource.placeholder()), got {tuple(placeholder.shape)}")
+    if adapted is not None:
+        restore, failed = _adapter_zero(model, source, adapted, placeholder), True
+        try:
+            yield placeholder
+            failed = False
+        finally:
+            restore(failed)
+        return
     saved = {key: model.__dict__[key] for key in ("forward_input", "forward_layer") if key in model.__dict__}
     forward_layer, restore = _layer_zero(model, source, projections, placeholder)
     model.forward_input = lambda blocks, x: x  # input dropout runs on each chunk instead

@@ -56,8 +56,9 @@ class EpochResult:
     ``estimated_peak_bytes`` is the memory model's largest micro-batch estimate, ``measured_peak_bytes``
     the device memory's measured peak (None without a `DeviceMemory` or a GPU to measure).
     ``oom_recoveries`` counts steps re-planned finer after an out-of-memory, ``recompute_steps`` steps
-    run with per-layer recomputation. ``feature_bytes_moved`` is the input features copied
-    host-to-device, ``feature_hit_rate`` the share of rows read that the device held (NaN when none).
+    run with per-layer recomputation, ``streamed_steps`` steps whose input layer streamed its rows.
+    ``feature_bytes_moved`` is the input features copied host-to-device, ``feature_hit_rate`` the share
+    of rows read that the device held (NaN when none).
     """
 
     epoch: int
@@ -73,6 +74,7 @@ class EpochResult:
     measured_peak_bytes: Optional[int]
     k_changes: int = 0  # steps whose K differs from the step before (a steady K changes rarely)
     recompute_steps: int = 0  # steps run with per-layer activation recomputation
+    streamed_steps: int = 0  # steps whose input layer streamed its rows (`cherry.execution.stream`)
     # input-feature traffic (`StepStats`): bytes moved host-to-device in the epoch, and the share of the
     # rows read that the device held (NaN when nothing was read)
     feature_bytes_moved: int = 0
@@ -240,6 +242,7 @@ class Trainer:
             measured_peak_bytes=max(measured) if measured else None,
             k_changes=sum(a.num_microbatches != b.num_microbatches for a, b in zip(steps, steps[1:])),
             recompute_steps=sum(bool(s.recompute) for s in steps),
+            streamed_steps=sum(bool(s.streamed) for s in steps),
             feature_bytes_moved=sum(s.feature_bytes_moved for s in steps),
             feature_hit_rate=_hit_rate(steps),
         )

@@ -15,7 +15,9 @@ Both wrappers are ``nn.Module`` s with the user's model as ``.inner`` (its param
 as ``wrapper(blocks, x)`` like every Cherry model, so `Trainer(dataset, spec, model=wrapper)`,
 `check_exact` and the executor take them. Their ``nn.Dropout`` s are made exact by the guard: a
 dropout's rows are identified by their count (every layer's source and destination counts are prefixes
-of the input nodes), `cherry.models.exact_dropout`. BatchNorm in training mode is refused.
+of the input nodes), `cherry.models.exact_dropout`. BatchNorm in training mode is refused. Their
+``input_layer()`` names the first stock layer's input projections, so the streamed input layer can
+stream it (`cherry.interop.projections`).
 """
 from cherry.interop.dgl import DGLModel, from_dgl, to_dgl_blocks
 from cherry.interop.pyg import PyGModel, from_pyg, to_pyg_adjs

@@ -44,6 +44,13 @@ class PyGModel(nn.Module):
         (`cherry.execution.recompute`) takes a module called with one of them for a layer unit."""
         return to_pyg_adjs(blocks)
 
+    def input_layer(self):
+        """Layer 0's stock module and its input projections, or None and the reason it does not
+        stream (`cherry.interop.projections`): what the streamed input layer takes."""
+        from cherry.interop.projections import input_layer
+
+        return input_layer(self.inner)
+
     def forward(self, blocks: Blocks, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(blocks, Blocks):
             raise TypeError(f"blocks must be cherry.sampling.Blocks, got {type(blocks).__name__}")

@@ -144,7 +144,7 @@ def memory_section(frame: pd.DataFrame) -> list[str]:
     head = [f"## Peak memory: plain mini-batch ({_labels(plain) or 'none'}) vs {me}", "",
             f"Peak tensor memory in MiB; reduction = plain / {me} (> 1: {me} needs less).", ""]
     return head + _table(["experiment", "case", f"{me} K", *(f"{s} MiB" for s in plain), f"{me} MiB",
-                          *(f"{s}/{me}" for s in plain)], out)
+                          *(f"{s}/{me}" for s in plain)], out) + streamed_note(rows)
 
 
 def _wall_note(r) -> str:
@@ -225,6 +225,20 @@ def wall_section(searches: pd.DataFrame) -> list[str]:
          "stopped by"], out)
 
 
+def streamed_note(rows: pd.DataFrame) -> list[str]:
+    """One line naming the subject's cases whose measured steps streamed their input layer
+    (`streamed_steps` of the records: n streamed of m measured), or nothing where none did."""
+    me = subject_system()
+    if "streamed_steps" not in rows:
+        return []
+    mine = rows[(rows["system"] == me) & (pd.to_numeric(rows["streamed_steps"], errors="coerce") > 0)]
+    steps, warmup = mine["steps_completed"].fillna(0), mine["warmup_steps"].fillna(0)
+    measured = steps.where(steps <= warmup, steps - warmup)  # the records count measured steps only
+    found = [f"{case} at K {k}: {int(g['streamed_steps'].sum())} of {int(measured[g.index].sum())} measured steps"
+             for (case, k), g in mine.groupby(["case", "k"], sort=False)]
+    return ["", f"{me} streamed its input layer (`stream_inputs`) in " + "; ".join(found) + "."] if found else []
+
+
 def epoch_time_section(frame: pd.DataFrame, sizes: dict[str, int]) -> list[str]:
     """Time per epoch against capacity (median step seconds x steps per epoch), each system at its own K."""
     rows = t.rows_of_section(frame, "epoch_time")
@@ -240,7 +254,7 @@ def epoch_time_section(frame: pd.DataFrame, sizes: dict[str, int]) -> list[str]:
     return ["## Time per epoch against the device capacity", "",
             "Median step seconds x steps per epoch (training-set size / batch size), from a few timed steps; "
             "each system at its own K under each capacity.", ""] + _table(
-        ["case", "system", "capacity MiB", "K", "s per epoch", "status"], out)
+        ["case", "system", "capacity MiB", "K", "s per epoch", "status"], out) + streamed_note(rows)
 
 
 def verify_section(paths: list[str]) -> list[str]:

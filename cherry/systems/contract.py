@@ -51,6 +51,7 @@ class StepOutcome:
     estimated_peak_bytes: Optional[int] = None  # the plan's largest micro-batch estimate
     measured_peak_bytes: Optional[int] = None  # the step's largest measured micro-batch peak
     recompute: Optional[bool] = None  # ran with per-layer activation recomputation (a system that can)
+    streamed: Optional[bool] = None  # streamed its input layer's rows in chunks (a system that can)
     oom_recoveries: Optional[int] = None  # out-of-memory re-plans inside the step (a system that re-plans)
     # input-feature traffic (a system that counts it): rows its gathers read, of them rows moved
     # host-to-device, and those rows' bytes

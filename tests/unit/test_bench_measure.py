@@ -112,6 +112,14 @@ def test_record_statistics_exclude_warmup_and_keep_raw_steps():
     assert auto["num_microbatches_requested"] == "auto"
 
 
+def test_the_record_counts_streamed_steps_of_the_measured_steps():
+    outcomes = tuple(StepOutcome(loss=1.0, num_microbatches=1, streamed=s) for s in (True, False, True, True, False))
+    record = build_record(SPEC, _measurements(step_outcomes=outcomes), PROVENANCE)
+    validate_record(record)
+    assert record["streamed_steps"] == 2  # of the measured three (two warm-up steps): True, True, False
+    assert build_record(SPEC, _measurements(), PROVENANCE)["streamed_steps"] is None  # a system that cannot say
+
+
 def test_records_of_failed_runs_validate_and_bad_records_are_named():
     empty = build_record(SPEC, RunMeasurements(status="oom", reason="out of memory"), PROVENANCE)
     validate_record(empty)

@@ -111,14 +111,15 @@ def _dgl_model(in_dim, num_classes, dropout):
 
 
 def _pyg_model(in_dim, num_classes, dropout):
-    from torch_geometric.nn import SAGEConv
+    from torch_geometric.nn import GATConv, SAGEConv
 
     from cherry.interop import from_pyg
 
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            self.convs = nn.ModuleList([SAGEConv(in_dim, 16), SAGEConv(16, num_classes)])
+            # a GATConv first: its lin narrows the input rows, so stream_inputs 'on' streams it
+            self.convs = nn.ModuleList([GATConv(in_dim, 8, heads=2), SAGEConv(16, num_classes)])
             self.drop = nn.Dropout(dropout)
 
         def forward(self, x, adjs):

@@ -26,7 +26,7 @@ HOOK = REPO / "tests" / "hidden_packages"
 PACKAGES = HOOK / "gpu_machine_packages.txt"
 SHARED_LIST = Path(os.environ.get("CHERRY_GPU_PACKAGES_NOTE", REPO.parent / "shared" / "notes" / "gpu_machine_packages.txt"))
 SECTIONS = ("build", "cache-gather", "verify", "syncs", "engine-b1024", "gpu-tests-1", "gpu-tests-2", "memory-wall",
-            "bench-kernels", "engine-b65536")
+            "bench-kernels", "bench-stream", "engine-b65536")
 MAX_FILES = 8  # what comes back from a GPU run's output folder
 
 

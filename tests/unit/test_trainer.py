@@ -187,3 +187,16 @@ def test_verify_cli_runs_with_all_neighbours(synth_tiny, data_root, capsys):
 
 def test_train_cli_runs_with_all_neighbours(synth_tiny, data_root):
     assert _cli(["--fanouts", "-1,-1", "--batch-size", "64", "--max-steps", "1", "--no-eval"], data_root) == 0
+
+
+def test_an_epoch_counts_and_shows_its_streamed_steps(synth_tiny):
+    import dataclasses
+
+    from cherry.cli.train import _epoch_line
+
+    spec = make_spec(dataset="synth-tiny", hidden=8, fanouts=(5, 10), batch_size=512, epochs=1, evaluate=False,
+                     options={"stream_inputs": "on"})  # 24 features to 8: the first layer streams
+    result = next(iter(Trainer(synth_tiny, spec).fit()))
+    assert result.streamed_steps == result.num_steps > 0
+    assert f" streamed={result.num_steps}/{result.num_steps}" in _epoch_line(result)
+    assert "streamed=" not in _epoch_line(dataclasses.replace(result, streamed_steps=0))

@@ -49,6 +49,7 @@ if [ "$ON_CPU" -eq 1 ]; then
   export CHERRY_DATA=${CHERRY_DATA:-$WORK/data}
   DEVICE=cpu DATASET=synth-tiny FANOUTS=3,5 B_SMALL=64 B_LARGE=512 HIDDEN=8 STEPS=1 WARMUP=0 KS=8 AGGRS=mean
   WALL_FANOUTS=5,10 WALL_HIDDEN=32 WALL_BATCH=512 WALL_CAP=6MiB GATHER="--rows 20000 --nodes 2000 --repeats 2"
+  STREAM="--batch-size 256 --sample-fanouts 5,10"
   # a small shared CPU runs the same start-up and checks several times slower than the GPU machine's:
   # the limits stretch there (summary.txt still compares each section's seconds with its budget)
   LIMIT_SCALE=${GPU_CHECK_LIMIT_SCALE:-3}
@@ -56,6 +57,7 @@ else
   export CHERRY_DATA=${CHERRY_DATA:-$PWD/data}
   DEVICE=cuda DATASET=synth-arxiv FANOUTS=10,25 B_SMALL=1024 B_LARGE=65536 HIDDEN=64 STEPS=3 WARMUP=1 KS=2,8
   AGGRS=mean,lstm WALL_FANOUTS=10,25 WALL_HIDDEN=512 WALL_BATCH=90941 WALL_CAP=24GiB GATHER="--rows 2000000 --nodes 200000 --repeats 10"
+  STREAM="--batch-size 1024 --sample-fanouts 15,10"
   LIMIT_SCALE=${GPU_CHECK_LIMIT_SCALE:-1}
 fi
 START_S=$(date +%s)
@@ -212,13 +214,17 @@ section verify         30 'max|equal|differ|Error' "${C[@]}" verify --dataset "$
 section syncs          30 'syncs|K=|Error' "$PY" -m benchmarks.profile_syncs --dataset "$DATASET" --device "$DEVICE" \
   --ks 1,8 --aggrs "$AGGRS" --batch-size "$B_SMALL" --fanouts "$FANOUTS" --hidden "$HIDDEN" --steps "$STEPS" \
   --json "$WORK/syncs.json"
-section engine-b1024   45 '^(mean|lstm) |ordering|Error' "${E[@]}" --aggrs "$AGGRS" --ks "$KS" --batch-size "$B_SMALL" \
+section engine-b1024   35 '^(mean|lstm) |ordering|Error' "${E[@]}" --aggrs "$AGGRS" --ks "$KS" --batch-size "$B_SMALL" \
   --json "$WORK/engine-b1024.json"
-section gpu-tests-1    70 'passed|failed|skipped|error' bash -c 'gpu_tests 1'
-section gpu-tests-2    70 'passed|failed|skipped|error' bash -c 'gpu_tests 2'
+section gpu-tests-1    65 'passed|failed|skipped|error' bash -c 'gpu_tests 1'
+section gpu-tests-2    65 'passed|failed|skipped|error' bash -c 'gpu_tests 2'
 section memory-wall    50 '^wall|Error' bash -c memory_wall
 section bench-kernels  30 '^ *(sage|gcn|gat)|Error' "${C[@]}" bench kernels --device "$DEVICE" --dataset "$DATASET" \
   --batch-size "$B_SMALL" --fanouts "$FANOUTS" --hidden "$HIDDEN" --steps 2 --repeats 2
+# the streamed input layer on the generated wide graph (no file of ../shared/graphs): K = 1 peaks
+# streamed and not, plans and epoch times at 1/2, 1/4, 1/10 of that peak (`cherry bench stream --quick`)
+section bench-stream   30 '^generated|^ +(K1 on|[0-9.]+ auto):|Error' "${C[@]}" bench stream --quick \
+  --device "$DEVICE" $STREAM --json "$WORK/bench-stream.json"
 section engine-b65536  50 '^(mean|lstm) |Error' "${E[@]}" --aggrs mean --ks 8 --batch-size "$B_LARGE" \
   --json "$WORK/engine-b65536.json"
 exit $status

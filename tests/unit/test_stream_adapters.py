@@ -1,0 +1,145 @@
+"""The streamed input layer for `from_dgl` / `from_pyg` models: the stock first layer streams its input
+projection exactly (gradients equal to the unstreamed step), or declines naming the layer."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from cherry.compat import dgl_available, pyg_available
+from cherry.execution import ExecutorOptions, MicrobatchExecutor
+from cherry.execution.partition_check import compare
+from cherry.execution.stream import can_stream
+from cherry.models import ModelSpec
+from cherry.planning import MemoryModel
+from cherry.sampling import NeighborSampler, sampling_generator
+from tests.unit.graphs import random_dataset
+
+FEATURES, HIDDEN = 40, 8
+
+
+@pytest.fixture(scope="module")
+def graph():
+    ds = random_dataset(num_nodes=200, avg_degree=6, feature_dim=FEATURES)
+    blocks = NeighborSampler(ds.graph, [4, 5]).sample(ds.train_idx[:24], sampling_generator(3))
+    return ds, blocks
+
+
+def _dgl(kind: str, classes: int, pre_dropout: bool = False) -> nn.Module:
+    ok, reason = dgl_available()
+    if not ok:
+        pytest.skip(reason)
+    from cherry.compat import import_dgl
+    from cherry.interop import from_dgl
+
+    dglnn = import_dgl().nn
+    make = {"gcn": lambda i, o: dglnn.GraphConv(i, o, allow_zero_in_degree=True),
+            "gat": lambda i, o: dglnn.GATConv(i, o // 2, 2, allow_zero_in_degree=True),
+            "gat_residual": lambda i, o: dglnn.GATConv(i, o // 2, 2, residual=True, allow_zero_in_degree=True),
+            "sage": lambda i, o: dglnn.SAGEConv(i, o, "mean"),
+            "sage_pool": lambda i, o: dglnn.SAGEConv(i, o, "pool")}[kind]
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1, self.l2 = make(FEATURES, HIDDEN), make(HIDDEN, 2 * classes)
+            self.drop = nn.Dropout(0.5 if pre_dropout else 0.3)
+            self.pre_dropout = pre_dropout
+
+        def forward(self, blocks, x):
+            x = self.drop(x) if self.pre_dropout else x
+            h = self.drop(torch.relu(self.l1(blocks[0], x).flatten(1)))
+            return self.l2(blocks[1], h).flatten(1)
+
+    return from_dgl(Net())
+
+
+def _pyg(kind: str, classes: int) -> nn.Module:
+    ok, reason = pyg_available()
+    if not ok:
+        pytest.skip(reason)
+    from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+
+    from cherry.interop import from_pyg
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            if kind == "gcn":
+                self.convs = nn.ModuleList([GCNConv(FEATURES, HIDDEN), GCNConv(HIDDEN, 2 * classes)])
+            elif kind == "gat":
+                self.convs = nn.ModuleList([GATConv(FEATURES, HIDDEN // 2, heads=2), GATConv(HIDDEN, classes, heads=2)])
+            else:
+                self.convs = nn.ModuleList([SAGEConv(FEATURES, HIDDEN), SAGEConv(HIDDEN, 2 * classes)])
+            self.drop = nn.Dropout(0.3)
+
+        def forward(self, x, adjs):
+            for i, (edge_index, _, size) in enumerate(adjs):
+                if kind == "gcn":
+                    x = self.convs[i](x, edge_index)[: size[1]]
+                else:
+                    x = self.convs[i]((x, x[: size[1]]), edge_index)
+                if i == 0:
+                    x = self.drop(x.relu())
+            return x
+
+    return from_pyg(Net())
+
+
+def _grads(model, ds, blocks, k: int, stream: str, recompute: str = "off"):
+    options = ExecutorOptions(num_microbatches=k, budget_bytes=None, stage_features=False, pipeline=False,
+                              balance="count", safety=0.0, recover_oom=False, dropout_seed=11, recompute=recompute,
+                              stream_inputs=stream, exactness_check="off")
+    spec = ModelSpec("sage", FEATURES, HIDDEN, ds.num_classes, 2)
+    ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.0), MemoryModel.for_model(spec), options)
+    try:
+        stats = ex.accumulate(blocks, ds.features, ds.labels)
+        assert stats.streamed == (stream == "on")
+        return stats.loss, [g.clone() for g in ex.gradients()]
+    finally:
+        ex.close()
+
+
+CASES = [("dgl", "gcn"), ("dgl", "gat"), ("dgl", "gat_residual"), ("dgl", "sage"), ("pyg", "gcn"), ("pyg", "gat")]
+
+
+@pytest.mark.parametrize("lib,kind", CASES)
+@pytest.mark.parametrize("k,recompute", [(1, "off"), (3, "off"), (3, "on")])
+def test_streamed_adapter_equals_unstreamed(graph, monkeypatch, lib, kind, k, recompute):
+    ds, blocks = graph
+    monkeypatch.setattr("cherry.execution.executor.chunk_rows", lambda width, budget: 7)  # several chunks
+    torch.manual_seed(0)
+    model = (_dgl if lib == "dgl" else _pyg)(kind, ds.num_classes)
+    assert can_stream(model)
+    weights = {n: v.clone() for n, v in model.state_dict().items()}
+    # the same K unstreamed: a stock GCN normalises by degrees within its block, which K changes
+    want_loss, want = _grads(model, ds, blocks, k, "off", recompute)
+    model.load_state_dict(weights)
+    loss, got = _grads(model, ds, blocks, k, "on", recompute)
+    assert abs(loss - want_loss) <= 1e-5 * abs(want_loss)
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    worst = max(compare(names, want, got), key=lambda d: d.max_rel_diff)
+    assert worst.max_rel_diff <= 1e-5, worst
+    assert not any("forward" in m.__dict__ for m in model.modules())  # every shadow is gone
+
+
+@pytest.mark.parametrize("lib,kind,named", [("dgl", "sage_pool", r"dgl\.nn\.SAGEConv: aggregator 'pool'"),
+                                             ("pyg", "sage", r"torch_geometric\.nn\.SAGEConv: lin_l runs after")])
+def test_on_is_refused_naming_the_layer(graph, lib, kind, named):
+    ds, _ = graph
+    model = (_dgl if lib == "dgl" else _pyg)(kind, ds.num_classes)
+    assert not can_stream(model)
+    with pytest.raises(ValueError, match=r"^stream_inputs='on' .*layer 0 \(" + named):
+        MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.0),
+                           MemoryModel.for_model(ModelSpec("sage", FEATURES, HIDDEN, ds.num_classes, 2)),
+                           ExecutorOptions.for_k(1, None, stream_inputs="on"))
+
+
+def test_a_dropout_before_the_layer_is_refused_at_its_first_step(graph):
+    """The stock layer is called on a dropped copy of x, not x: streaming it would lose the dropout."""
+    ds, blocks = graph
+    model = _dgl("gcn", ds.num_classes, pre_dropout=True)
+    with pytest.raises(ValueError, match=r"layer 0 \(dgl\.nn\.GraphConv is called on a tensor other than"):
+        _grads(model, ds, blocks, 1, "on")
+    assert not can_stream(model)  # auto does not try again
+    assert not any("forward" in m.__dict__ for m in model.modules())
