@@ -62,7 +62,8 @@ def test_amazon_photo_auto_k_under_a_cap_equals_k1_and_matches_stock_dgl(tmp_pat
     capacity_bytes = k1["estimated_peak_bytes"] // 2
     auto = _record(tmp_path, "auto", system="cherry", num_microbatches="auto", device_memory_bytes=capacity_bytes,
                    **settings)
-    assert auto["num_microbatches_max"] >= 2, auto["num_microbatches_max"]
+    # the cap binds: the batch is split, or (GCN: its first layer narrows 745 features) streamed
+    assert auto["num_microbatches_max"] >= 2 or auto["streamed_steps"] > 0, auto["num_microbatches_max"]
     assert auto["peak_tracked_bytes"] <= capacity_bytes
     # the same gradient up to float rounding: equal losses while the weights agree to rounding, and
     # within 2% to the end (GAT: 1.5% at step 60), where Adam has compounded 60 steps of rounding differences
