@@ -149,6 +149,8 @@ def _describe(trainer, summary: dict, echo: Callable[[str], None]) -> None:
     summary["construction"] = trainer.construction.as_dict()
     echo(f"construction: {trainer.construction.where} ({trainer.construction.reason})")
     summary["feature_cache"] = trainer.residency.as_dict()
+    if trainer.residency.mode == "none" and trainer.spec.options.get("feature_cache", "none") == "none":
+        return  # no cache asked for, none built: nothing to say (the --json summary still records it)
     echo(f"feature cache: {trainer.residency.mode}, {trainer.residency.cache_rows} of "
          f"{trainer.residency.num_rows} rows, {format_size(trainer.residency.cache_bytes)} "
          f"({trainer.residency.reason})")
