@@ -143,18 +143,13 @@ def user_configurations(graphs: list[str], names=None) -> list[Config]:
 def _dataset(name: str, num_nodes: int, root, seed: int, features: int = 32):
     """A `Dataset` of a degree law (random features of width ``features``, random labels) or a
     registered dataset."""
-    from cherry.data import Dataset, load_dataset
-    from cherry.data.degree_laws import DEGREE_LAWS, degree_law_graph
+    from benchmarks.generated_graphs import degree_law_dataset
+    from cherry.data import load_dataset
+    from cherry.data.degree_laws import DEGREE_LAWS
 
     if name not in DEGREE_LAWS:
         return load_dataset(name, root)
-    graph = degree_law_graph(name, num_nodes, seed=seed)
-    gen = torch.Generator().manual_seed(seed)
-    n = graph.num_nodes
-    perm = torch.randperm(n, generator=gen)
-    return Dataset(name=name, graph=graph, features=torch.randn(n, features, generator=gen),
-                   labels=torch.randint(0, 8, (n,), generator=gen), train_idx=perm[: n // 2],
-                   valid_idx=perm[n // 2: 3 * n // 4], test_idx=perm[3 * n // 4:], num_classes=8)
+    return degree_law_dataset(name, num_nodes, seed, features)
 
 
 def _spec(config: Config, args, capacity_bytes):

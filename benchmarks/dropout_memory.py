@@ -23,7 +23,6 @@ import contextlib
 import os
 from pathlib import Path
 
-import numpy as np
 import torch
 
 GRAPH_FILE = "amazon_photo.npz"
@@ -38,22 +37,13 @@ def graphs_dir() -> Path:
     return project_graphs_dir()
 
 
-def load_graph_npz(path: Path, per_class: int, seed: int):
-    """The Dataset of a gnn-benchmark npz (symmetrised graph, dense float32 features) whose training
-    split is ``per_class`` random labelled nodes of every class."""
-    from cherry.data import Dataset
+def load_graph_npz(path: Path, per_class: int, seed: int, root=None):
+    """The Dataset of a gnn-benchmark npz read by the project's loader (`cherry.data.gnn_benchmark`:
+    symmetrised graph, dense float32 features, converted once under the data root ``root``) whose
+    training split is ``per_class`` random labelled nodes of every class (split ``random:PER_CLASS,0@SEED``)."""
+    from cherry.data import load_dataset
 
-    z = np.load(path)
-    n = int(z["adj_shape"][0])
-    rows = np.repeat(np.arange(n), np.diff(z["adj_indptr"]))
-    features = np.zeros(tuple(z["attr_shape"]), dtype=np.float32)
-    feat_rows = np.repeat(np.arange(features.shape[0]), np.diff(z["attr_indptr"]))
-    features[feat_rows, z["attr_indices"]] = z["attr_data"]
-    labels = z["labels"].astype(np.int64)
-    gen = np.random.default_rng(seed)
-    train = np.concatenate([gen.permutation(np.flatnonzero(labels == c))[:per_class] for c in np.unique(labels)])
-    return Dataset.from_arrays(path.stem, edge_index=np.stack([rows, z["adj_indices"]]), features=features,
-                               labels=labels, train_idx=np.sort(train))
+    return load_dataset(f"{path}?split=random:{per_class},0@{seed}", root)
 
 
 @contextlib.contextmanager
@@ -106,6 +96,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seeds the split and the sampler")
     parser.add_argument("--graphs-dir", type=Path, default=None,
                         help="directory of amazon_photo.npz (default: $CHERRY_GRAPHS, else ../shared/graphs)")
+    parser.add_argument("--root", default=None, help="data root the npz is converted into once (default: cherry's)")
     args = parser.parse_args(argv)
     if not 0.0 < args.p < 1.0:
         parser.error(f"--p must be in (0, 1), got {args.p}")
@@ -116,7 +107,7 @@ def main(argv=None) -> int:
     from cherry.ops import reference_dropout as ref
     from cherry.sampling import NeighborSampler
 
-    ds = load_graph_npz(path, args.per_class, args.seed)
+    ds = load_graph_npz(path, args.per_class, args.seed, args.root)
     blocks = NeighborSampler(ds.graph, [-1, -1]).sample(ds.train_idx, torch.Generator().manual_seed(args.seed))
     feature_bytes = blocks.input_nodes.numel() * ds.feature_dim * 4
     print(f"{path.name}: {blocks.num_seeds} seeds, {blocks.input_nodes.numel()} input nodes x {ds.feature_dim} "

@@ -26,6 +26,8 @@ import time
 
 import torch
 
+from benchmarks.threads import keeps_threads
+
 MODES = ("none", "degree", "all")
 _PAPERS_SCALE = 0.001  # synth-papers at this scale when no --scale is given: about 111,000 nodes
 
@@ -208,6 +210,7 @@ def _scale(args) -> float | None:
     return args.scale
 
 
+@keeps_threads
 def run(args) -> int:
     from cherry.data import load_dataset, prepare_dataset
     from cherry.io import write_json_atomic

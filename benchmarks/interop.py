@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from benchmarks.threads import keeps_threads
+
 
 def _dgl_sage(in_dim: int, hidden: int, classes: int, num_layers: int) -> nn.Module:
     from cherry.compat import import_dgl
@@ -40,6 +42,7 @@ def _dgl_sage(in_dim: int, hidden: int, classes: int, num_layers: int) -> nn.Mod
     return SAGE()
 
 
+@keeps_threads
 def run(args) -> int:
     from cherry.data import load_dataset
     from cherry.execution import Trainer

@@ -38,16 +38,9 @@ WIDE_NODES, WIDE_M, WIDE_FEATURES = 8_000, 10, 2_048  # 62.5 MiB of features, av
 
 def _wide_dataset(seed: int):
     """`GENERATED_WIDE`: a Barabasi-Albert graph with wide random features, split 50/25/25 at random."""
-    from cherry.data import Dataset
-    from cherry.data.degree_laws import degree_law_graph
+    from benchmarks.generated_graphs import degree_law_dataset
 
-    graph = degree_law_graph("barabasi-albert", WIDE_NODES, seed=seed, m=WIDE_M)
-    gen = torch.Generator().manual_seed(seed)
-    n = graph.num_nodes
-    perm = torch.randperm(n, generator=gen)
-    return Dataset(name=GENERATED_WIDE, graph=graph, features=torch.randn(n, WIDE_FEATURES, generator=gen),
-                   labels=torch.randint(0, 8, (n,), generator=gen), train_idx=perm[: n // 2],
-                   valid_idx=perm[n // 2: 3 * n // 4], test_idx=perm[3 * n // 4:], num_classes=8)
+    return degree_law_dataset("barabasi-albert", WIDE_NODES, seed, WIDE_FEATURES, name=GENERATED_WIDE, m=WIDE_M)
 
 
 def _spec(args, dataset: str, model: str, k=None, budget=None, stream="auto"):

@@ -131,39 +131,66 @@ def search_spec(spec, ratio_tolerance: float = RATIO_TOLERANCE, seed_tolerance: 
     }
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def add_search_options(parser: argparse.ArgumentParser, scope: str = "") -> None:
+    """The options every search command shares: the search tolerances and ``--quiet``
+    (``scope`` prefixes the tolerances' help, e.g. ``"batch: "`` where they apply to one knob)."""
+    parser.add_argument("--ratio-tolerance", type=float, default=RATIO_TOLERANCE,
+                        help=f"{scope}stop bisecting when smallest failing / largest fitting <= this "
+                             f"(default {RATIO_TOLERANCE})")
+    parser.add_argument("--seed-tolerance", type=int, default=SEED_TOLERANCE,
+                        help=f"{scope}... or when they differ by at most this many seeds (default {SEED_TOLERANCE})")
+    parser.add_argument("--quiet", action="store_true", help="no per-probe progress on stderr")
+
+
+def stderr_log(quiet: bool) -> Callable[[str], None]:
+    """A progress log writing each line to stderr at once, or nothing when ``quiet``."""
+    def log(line: str) -> None:
+        if not quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    return log
+
+
+def run_search_command(args: argparse.Namespace, prog: str, search: Callable[[Any, Callable[[str], None]], dict],
+                       summary: Callable[[dict], str], check: Callable[[Any], None] = lambda spec: None) -> int:
+    """A search command's body after parsing: load ``args.spec``, check it (``check(spec)``, the
+    tolerances) and every output before any probe; then ``search(spec, log)``, write its record to
+    ``args.out`` and log ``summary(record)``. Exit status: 2 for a bad spec or option (one line on
+    stderr, nothing run), 1 when the record's status is ``error``, else 0."""
     from cherry.io import write_json_atomic
-    from cherry.outputs import add_output, check_outputs
+    from cherry.outputs import check_outputs
     from cherry.spec import SpecError, load_spec
 
-    parser = argparse.ArgumentParser(prog="python -m cherry.bench.capacity_run", description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, help="run spec whose batch_size is the search's start")
-    add_output(parser, "--out", required=True, help="where to write the search record (JSON)")
-    parser.add_argument("--ratio-tolerance", type=float, default=RATIO_TOLERANCE,
-                        help=f"stop bisecting when smallest failing / largest fitting <= this (default {RATIO_TOLERANCE})")
-    parser.add_argument("--seed-tolerance", type=int, default=SEED_TOLERANCE,
-                        help=f"... or when they differ by at most this many seeds (default {SEED_TOLERANCE})")
-    parser.add_argument("--quiet", action="store_true", help="no per-probe progress on stderr")
-    args = parser.parse_args(argv)
     try:
         spec = load_spec(args.spec)
+        check(spec)
         check_tolerances(args.ratio_tolerance, args.seed_tolerance)
         check_outputs(args)
     except (SpecError, ValueError, TypeError) as exc:
-        print(f"cherry.bench.capacity_run: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"{prog}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     from cherry.bench.runner import apply_process_switches
 
     apply_process_switches(spec)
-
-    def log(line: str) -> None:
-        if not args.quiet:
-            print(line, file=sys.stderr, flush=True)
-
-    record = search_spec(spec, args.ratio_tolerance, args.seed_tolerance, log=log)
+    log = stderr_log(args.quiet)
+    record = search(spec, log)
     write_json_atomic(args.out, record)
-    log(f"[{spec.system}] largest batch {record['largest_fit_batch']} ({record['status']}) -> {args.out}")
+    log(f"[{spec.system}] {summary(record)} -> {args.out}")
     return 1 if record["status"] == "error" else 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from cherry.outputs import add_output
+
+    parser = argparse.ArgumentParser(prog="python -m cherry.bench.capacity_run", description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, help="run spec whose batch_size is the search's start")
+    add_output(parser, "--out", required=True, help="where to write the search record (JSON)")
+    add_search_options(parser)
+    args = parser.parse_args(argv)
+    return run_search_command(
+        args, "cherry.bench.capacity_run",
+        lambda spec, log: search_spec(spec, args.ratio_tolerance, args.seed_tolerance, log=log),
+        lambda record: f"largest batch {record['largest_fit_batch']} ({record['status']})")
 
 
 if __name__ == "__main__":

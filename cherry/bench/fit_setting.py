@@ -112,40 +112,20 @@ def fit_setting(spec, knob: str, ratio_tolerance: float = RATIO_TOLERANCE, seed_
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from cherry.io import write_json_atomic
-    from cherry.outputs import add_output, check_outputs
-    from cherry.spec import SpecError, load_spec
+    from cherry.bench.capacity_run import add_search_options, run_search_command
+    from cherry.outputs import add_output
 
     parser = argparse.ArgumentParser(prog="python -m cherry.bench.fit_setting", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, help="run spec: its batch and fanouts start the search")
     parser.add_argument("--knob", required=True, help=f"what to search: {' or '.join(KNOBS)}")
     add_output(parser, "--out", required=True, help="where to write the fit record (JSON)")
-    parser.add_argument("--ratio-tolerance", type=float, default=RATIO_TOLERANCE,
-                        help=f"batch: stop bisecting when failing / fitting <= this (default {RATIO_TOLERANCE})")
-    parser.add_argument("--seed-tolerance", type=int, default=SEED_TOLERANCE,
-                        help=f"batch: ... or within this many seeds (default {SEED_TOLERANCE})")
-    parser.add_argument("--quiet", action="store_true", help="no per-probe progress on stderr")
+    add_search_options(parser, scope="batch: ")
     args = parser.parse_args(argv)
-    try:
-        spec = load_spec(args.spec)
-        check_knob(args.knob, spec.fanouts)
-        check_tolerances(args.ratio_tolerance, args.seed_tolerance)
-        check_outputs(args)
-    except (SpecError, ValueError, TypeError) as exc:
-        print(f"cherry.bench.fit_setting: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    from cherry.bench.runner import apply_process_switches
-
-    apply_process_switches(spec)
-
-    def log(line: str) -> None:
-        if not args.quiet:
-            print(line, file=sys.stderr, flush=True)
-
-    record = fit_setting(spec, args.knob, args.ratio_tolerance, args.seed_tolerance, log=log)
-    write_json_atomic(args.out, record)
-    log(f"[{spec.system}] largest {args.knob}: {record['settings'] or 'none fits'} ({record['status']}) -> {args.out}")
-    return 1 if record["status"] == "error" else 0
+    return run_search_command(
+        args, "cherry.bench.fit_setting",
+        lambda spec, log: fit_setting(spec, args.knob, args.ratio_tolerance, args.seed_tolerance, log=log),
+        lambda record: f"largest {args.knob}: {record['settings'] or 'none fits'} ({record['status']})",
+        check=lambda spec: check_knob(args.knob, spec.fanouts))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import nn
 
-from cherry.models.exact_dropout import node_rows
+from cherry.interop.adapter import LibraryModel
 from cherry.sampling.blocks import Blocks
 
 
@@ -28,34 +28,19 @@ def to_pyg_adjs(blocks: Blocks) -> list[Adj]:
     return adjs
 
 
-class PyGModel(nn.Module):
+class PyGModel(LibraryModel):
     """A PyG ``model(x, adjs)`` called as ``wrapper(cherry_blocks, x)``."""
 
-    _cherry_node_rows = True  # it enters the node-row context itself (the guard adds no hooks)
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"from_pyg needs a torch.nn.Module called as model(x, adjs), got {type(model).__name__}")
-        self.inner = model
+    WRAPPED_BY = "from_pyg"
+    CALLED_AS = "model(x, adjs)"
 
     def layer_graphs(self, blocks: Blocks) -> list:
         """The per-hop adjacencies the inner model is called with, input layer first: recomputation
         (`cherry.execution.recompute`) takes a module called with one of them for a layer unit."""
         return to_pyg_adjs(blocks)
 
-    def input_layer(self):
-        """Layer 0's stock module and its input projections, or None and the reason it does not
-        stream (`cherry.interop.projections`): what the streamed input layer takes."""
-        from cherry.interop.projections import input_layer
-
-        return input_layer(self.inner)
-
-    def forward(self, blocks: Blocks, x: torch.Tensor) -> torch.Tensor:
-        if not isinstance(blocks, Blocks):
-            raise TypeError(f"blocks must be cherry.sampling.Blocks, got {type(blocks).__name__}")
-        with node_rows(blocks):
-            return self.inner(x, self.layer_graphs(blocks))
+    def call_inner(self, graphs: list, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x, graphs)
 
 
 def from_pyg(model: nn.Module) -> PyGModel:

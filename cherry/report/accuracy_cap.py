@@ -122,7 +122,7 @@ def _plot_setting(axes, label: str, rows: pd.DataFrame) -> None:
 def draw_accuracy_cap(frame: pd.DataFrame):
     """Per case, best-validation test accuracy against training seconds and against epochs: one line
     per setting (mean over seeds), its min-max band over seeds."""
-    from cherry.report.plotting import empty_figure, grid
+    from cherry.report.plotting import empty_figure, grid, label_row
 
     found = settings(frame)
     if not found:
@@ -132,10 +132,6 @@ def draw_accuracy_cap(frame: pd.DataFrame):
     for i, case in enumerate(cases):
         for _, label, rows in (f for f in found if f[0] == case):
             _plot_setting(axes[i], label, rows)
-        axes[i][0].set_xlabel("training seconds (step times summed)")
-        axes[i][1].set_xlabel("epoch")
-        for ax in axes[i]:
-            ax.set_ylabel("test acc at best validation")
-            ax.set_title(case, fontsize=9)
-        axes[i][0].legend(fontsize=6)
+        label_row(axes[i], case, ("training seconds (step times summed)", "epoch"), "test acc at best validation",
+                  legend_fontsize=6)
     return fig

@@ -23,6 +23,7 @@ from cherry.report import tables as t
 from cherry.report.plotting import empty_figure as _empty
 from cherry.report.plotting import errorbar as _errorbar
 from cherry.report.plotting import grid as _grid
+from cherry.report.plotting import label_row as _label_row
 from cherry.report.plotting import log2_axis as _log2_axis
 from cherry.report.plotting import parse_figure_args
 from cherry.report.plotting import plain_log_labels as _plain_log_labels
@@ -83,10 +84,7 @@ def _k_lines(frame: pd.DataFrame, figure: str, title: str, ylabel: str,
             ax.axhline(yline, color="#999999", lw=0.8, ls=":")
         if ks:
             _log2_axis(ax, ks)
-        ax.set_xlabel("micro-batches K")
-        ax.set_ylabel(ylabel)
-        ax.set_title(case, fontsize=9)
-        ax.legend(fontsize=8)
+        _label_row(axes[i], case, "micro-batches K", ylabel, legend_fontsize=8)
     return fig
 
 
@@ -146,12 +144,7 @@ def draw_convergence(frame: pd.DataFrame):
                 curve = _epoch_curve(series, column)
                 if curve:
                     ax.plot(range(1, len(curve) + 1), curve, label=label, **style)
-        axes[i][0].set_ylabel("validation accuracy")
-        axes[i][1].set_ylabel("training loss (epoch mean)")
-        for ax in axes[i]:
-            ax.set_xlabel("epoch")
-            ax.set_title(case, fontsize=9)
-        axes[i][0].legend(fontsize=7)
+        _label_row(axes[i], case, "epoch", ("validation accuracy", "training loss (epoch mean)"))
     return fig
 
 

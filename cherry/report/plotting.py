@@ -1,5 +1,5 @@
 """Shared figure helpers: headless pyplot, panel grids, a system's colour and marker, whiskers, log axes,
-and the atomic way out (`save_figure`). `cherry.report.figures`, `cherry.report.wall_figures` and
+a row's labels (`label_row`) and the atomic way out (`save_figure`). `cherry.report.figures`, `cherry.report.wall_figures` and
 `cherry.report.planner_figure` draw with these; this module imports no figure module.
 """
 from __future__ import annotations
@@ -30,6 +30,18 @@ def empty_figure(title: str, why: str):
     axes[0][0].axis("off")
     axes[0][0].text(0.5, 0.5, f"{title}\n\n{why}", ha="center", va="center")
     return fig
+
+
+def label_row(row, case: str, xlabels, ylabels, legend_fontsize: int = 7) -> None:
+    """Label one row of panels (one case): each panel's x and y label (a string: every panel's; else
+    one per panel), the case as every panel's title, and the first panel's legend."""
+    xs = [xlabels] * len(row) if isinstance(xlabels, str) else list(xlabels)
+    ys = [ylabels] * len(row) if isinstance(ylabels, str) else list(ylabels)
+    for ax, xlabel, ylabel in zip(row, xs, ys, strict=True):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(case, fontsize=9)
+    row[0].legend(fontsize=legend_fontsize)
 
 
 def system_style(system: str) -> dict:

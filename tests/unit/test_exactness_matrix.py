@@ -32,6 +32,7 @@ from cherry.planning import MemoryModel
 from cherry.planning.residency import CACHE, ResidencyPlan
 from cherry.sampling import NeighborSampler, sampling_generator
 from tests.unit.graphs import random_dataset
+from tests.unit.library_models import DGLNet, PyGNet, dgl_nn, pyg_nn
 
 MODELS = ("sage_mean", "sage_pool", "sage_lstm", "gcn", "gat", "registered_layer", "from_dgl", "from_pyg")
 DIMENSIONS = {
@@ -92,44 +93,18 @@ class _GINLayer(nn.Module):
 
 
 def _dgl_model(in_dim, num_classes, dropout):
-    from cherry.compat import import_dgl
+    dglnn = dgl_nn()
     from cherry.interop import from_dgl
 
-    dglnn = import_dgl().nn
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.l1 = dglnn.SAGEConv(in_dim, 16, "mean")
-            self.l2 = dglnn.SAGEConv(16, num_classes, "mean")
-            self.drop = nn.Dropout(dropout)
-
-        def forward(self, blocks, x):
-            return self.l2(blocks[1], self.drop(torch.relu(self.l1(blocks[0], x))))
-
-    return from_dgl(Net())
+    return from_dgl(DGLNet(dglnn.SAGEConv(in_dim, 16, "mean"), dglnn.SAGEConv(16, num_classes, "mean"), dropout))
 
 
 def _pyg_model(in_dim, num_classes, dropout):
-    from torch_geometric.nn import GATConv, SAGEConv
-
+    pygnn = pyg_nn()
     from cherry.interop import from_pyg
 
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            # a GATConv first: its lin narrows the input rows, so stream_inputs 'on' streams it
-            self.convs = nn.ModuleList([GATConv(in_dim, 8, heads=2), SAGEConv(16, num_classes)])
-            self.drop = nn.Dropout(dropout)
-
-        def forward(self, x, adjs):
-            for i, (edge_index, _, size) in enumerate(adjs):
-                x = self.convs[i]((x, x[: size[1]]), edge_index)
-                if i == 0:
-                    x = self.drop(x.relu())
-            return x
-
-    return from_pyg(Net())
+    # a GATConv first: its lin narrows the input rows, so stream_inputs 'on' streams it
+    return from_pyg(PyGNet([pygnn.GATConv(in_dim, 8, heads=2), pygnn.SAGEConv(16, num_classes)], dropout))
 
 
 def _model(case: dict, ds) -> nn.Module:

@@ -5,9 +5,10 @@ import pytest
 import torch
 from torch import nn
 
-from cherry.compat import dgl_available, pyg_available
+from cherry.compat import dgl_available
 from cherry.execution import ExactnessError, check_exact
 from cherry.sampling import NeighborSampler, sampling_generator
+from tests.unit.library_models import DGLNet, PyGNet, dgl_nn, pyg_nn
 
 
 @pytest.fixture(scope="module")
@@ -40,57 +41,27 @@ def test_pyg_adjs_are_the_per_hop_bipartite_form(blocks):
 
 
 def test_dgl_gat_with_dropout_is_exact_and_batchnorm_is_refused(synth_tiny):
-    ok, reason = dgl_available()
-    if not ok:
-        pytest.skip(reason)
-    from cherry.compat import import_dgl
+    dglnn = dgl_nn()
     from cherry.interop import from_dgl
 
-    dglnn = import_dgl().nn
-
-    class GAT(nn.Module):
-        def __init__(self, norm=None):
-            super().__init__()
-            self.l1 = dglnn.GATConv(synth_tiny.feature_dim, 8, 2, allow_zero_in_degree=True)
-            self.l2 = dglnn.GATConv(16, synth_tiny.num_classes, 1, allow_zero_in_degree=True)
-            self.drop, self.norm = nn.Dropout(0.4), norm
-
-        def forward(self, blocks, x):
-            h = self.drop(self.l1(blocks[0], x).flatten(1))
-            h = self.norm(h) if self.norm is not None else h
-            return self.l2(blocks[1], h).mean(1)
+    def gat(norm=None):
+        return DGLNet(dglnn.GATConv(synth_tiny.feature_dim, 8, 2, allow_zero_in_degree=True),
+                      dglnn.GATConv(16, synth_tiny.num_classes, 1, allow_zero_in_degree=True), 0.4, norm=norm)
 
     torch.manual_seed(0)
-    report = check_exact(from_dgl(GAT()), synth_tiny, num_microbatches=5, batch_size=150)
+    report = check_exact(from_dgl(gat()), synth_tiny, num_microbatches=5, batch_size=150)
     assert report.ok and report.max_rel_diff < 1e-5
     with pytest.raises(ExactnessError, match=r"inner\.norm \(BatchNorm1d\)"):
-        from_dgl(GAT(norm=nn.BatchNorm1d(16)))
+        from_dgl(gat(norm=nn.BatchNorm1d(16)))
 
 
 def test_pyg_gcn_is_exact(synth_tiny):
-    ok, reason = pyg_available()
-    if not ok:
-        pytest.skip(reason)
-    from torch_geometric.nn import GraphConv
-
+    pygnn = pyg_nn()
     from cherry.interop import from_pyg
 
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.convs = nn.ModuleList([GraphConv(synth_tiny.feature_dim, 16, aggr="max"),
-                                        GraphConv(16, synth_tiny.num_classes)])
-            self.drop = nn.Dropout(0.5)
-
-        def forward(self, x, adjs):
-            for i, (edge_index, _, size) in enumerate(adjs):
-                x = self.convs[i]((x, x[: size[1]]), edge_index)
-                if i == 0:
-                    x = self.drop(x.relu())
-            return x
-
+    convs = [pygnn.GraphConv(synth_tiny.feature_dim, 16, aggr="max"), pygnn.GraphConv(16, synth_tiny.num_classes)]
     torch.manual_seed(0)
-    assert check_exact(from_pyg(Net()), synth_tiny, num_microbatches=4, batch_size=150).ok
+    assert check_exact(from_pyg(PyGNet(convs, 0.5)), synth_tiny, num_microbatches=4, batch_size=150).ok
 
 
 def test_interop_benchmark_runs_and_reports_a_ratio(synth_tiny, data_root, tmp_path):

@@ -23,22 +23,105 @@ SOURCES = [p for d in ("cherry", "benchmarks", "workflow") for p in (ROOT / d).r
 OUTPUT_FLAGS = {"--" + d.replace("_", "-") for d in OUTPUT_DESTS}
 
 
+CHECKS = {"check_outputs", "parse_checked"}
+WRITES = {"write_json_atomic", "write_bytes_atomic", "write_text", "savefig", "to_csv", "to_parquet"}
+
+
+def _name(call: ast.Call) -> str:
+    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+
+
+def _called(node) -> list[tuple[int, str]]:
+    """``(line, name)`` of every call below ``node``, in source order."""
+    return sorted((n.lineno, _name(n)) for n in ast.walk(node) if isinstance(n, ast.Call))
+
+
+def checking_helpers(trees) -> set[str]:
+    """The checking calls and every function (of ``trees``) that makes one before any write of its own,
+    directly or through another such function: a command may check its outputs through a shared helper."""
+    functions = [n for tree in trees for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    checks = set(CHECKS)
+    while True:
+        found = {f.name for f in functions if f.name not in checks and _checks_before_writing(_called(f), checks)}
+        if not found:
+            return checks
+        checks |= found
+
+
+def _checks_before_writing(calls, checks) -> bool:
+    first_check = min((line for line, name in calls if name in checks), default=None)
+    first_write = min((line for line, name in calls if name in WRITES), default=None)
+    return first_check is not None and (first_write is None or first_check < first_write)
+
+
+def output_faults(tree, checks) -> list[str]:
+    """Why a module's outputs may be written unchecked: an output option added with a bare
+    ``add_argument``, a module that declares outputs and never checks them, or a function that
+    writes before its check."""
+    faults, declares, checked = [], False, False
+    for line, name in _called(tree):
+        declares |= name == "add_output"
+        checked |= name in checks
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _name(node) == "add_argument":
+            flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if OUTPUT_FLAGS & set(flags):
+                faults.append(f"{node.lineno}: {flags} via add_argument")
+        if isinstance(node, ast.FunctionDef):
+            calls = _called(node)
+            if any(name in checks for _, name in calls) and not _checks_before_writing(calls, checks):
+                faults.append(f"{node.lineno}: {node.name} writes before it checks its outputs")
+    if declares and not checked:
+        faults.append("declares outputs, never checks them")
+    return faults
+
+
+TREES = {path: ast.parse(path.read_text()) for path in SOURCES}
+CHECKING = checking_helpers(TREES.values())
+
+
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_output_option_bypasses_the_helper(path):
-    """An output option added with a bare ``add_argument`` would not be checked before the work."""
-    tree = ast.parse(path.read_text())
-    declares = False
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-        flags = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-        if name == "add_argument":
-            assert not OUTPUT_FLAGS & set(flags), f"{path.relative_to(ROOT)}:{node.lineno}: {flags} via add_argument"
-        declares |= name == "add_output"
-    if declares and "cherry/cli/" not in str(path):  # `cherry` commands are checked by cherry.cli's dispatch
-        text = path.read_text()
-        assert "parse_checked(" in text or "check_outputs(" in text, f"{path}: declares outputs, never checks them"
+    """An output option added with a bare ``add_argument`` would not be checked before the work;
+    `cherry` commands are checked by `cherry.cli`'s dispatch."""
+    if "cherry/cli/" in str(path):
+        faults = [f for f in output_faults(TREES[path], CHECKING) if "never checks" not in f]
+    else:
+        faults = output_faults(TREES[path], CHECKING)
+    assert not faults, f"{path.relative_to(ROOT)}: {faults}"
+
+
+_HELPER = """
+def run_checked(args, work):
+    check_outputs(args)
+    write_json_atomic(args.out, work())
+"""
+_THROUGH_HELPER = """
+def main(argv):
+    add_output(parser, "--out")
+    return run_checked(parser.parse_args(argv), lambda: 1)
+"""
+_WRITES_FIRST = """
+def run_checked(args, work):
+    write_json_atomic(args.out, work())
+    check_outputs(args)
+"""
+_NEVER_CHECKS = """
+def main(argv):
+    add_output(parser, "--out")
+    write_json_atomic(parser.parse_args(argv).out, 1)
+"""
+
+
+def test_the_output_check_follows_helpers_and_catches_a_write_before_the_check():
+    good = [ast.parse(_HELPER), ast.parse(_THROUGH_HELPER)]
+    assert output_faults(good[1], checking_helpers(good)) == []
+    bad = [ast.parse(_WRITES_FIRST), ast.parse(_THROUGH_HELPER)]
+    checks = checking_helpers(bad)
+    assert output_faults(bad[0], checks) == ["2: run_checked writes before it checks its outputs"]
+    assert output_faults(bad[1], checks) == ["declares outputs, never checks them"]
+    assert output_faults(ast.parse(_NEVER_CHECKS), CHECKS) == ["declares outputs, never checks them"]
+    assert output_faults(ast.parse('p.add_argument("--json")'), CHECKS) == ["1: ['--json'] via add_argument"]
 
 
 def _subparsers(parser, prefix=()):
@@ -121,6 +204,7 @@ def test_outputs_that_collide_are_refused_before_training(extra, says, tmp_path,
     ("cherry.bench.aggregate", ["--out-csv", "{dir}"]),
     ("cherry.bench.run", ["--spec", "{spec}", "--out", "{dir}"]),
     ("cherry.bench.capacity_run", ["--spec", "{spec}", "--out", "{dir}"]),
+    ("cherry.bench.fit_setting", ["--spec", "{spec}", "--knob", "batch_size", "--out", "{dir}"]),
     ("cherry.report.summary", ["--table", "{file}", "--out", "{dir}"]),
     ("cherry.report.results_page", ["--out", "{file}"]),
 ])

@@ -9,7 +9,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cherry.compat import dgl_available, pyg_available
 from cherry.execution import ExecutorOptions, MicrobatchExecutor
 from cherry.execution.exactness import guard_model
 from cherry.execution.memory_probe import probe_costs, with_probed_costs
@@ -22,6 +21,7 @@ from cherry.planning import MemoryModel
 from cherry.sampling import NeighborSampler, sampling_generator
 from cherry.spec import make_spec
 from tests.unit.graphs import random_dataset
+from tests.unit.library_models import DGLNet, PyGNet, dgl_nn, pyg_nn
 
 
 @pytest.fixture(scope="module")
@@ -32,48 +32,19 @@ def graph():
 
 
 def _dgl_gat(in_dim, num_classes):
-    ok, reason = dgl_available()
-    if not ok:
-        pytest.skip(reason)
-    from cherry.compat import import_dgl
+    dglnn = dgl_nn()
     from cherry.interop.dgl import DGLModel
 
-    dglnn = import_dgl().nn
-
-    class GAT(nn.Module):  # feat_drop: a dropout inside each unit; self.drop: one between units
-        def __init__(self):
-            super().__init__()
-            self.l1 = dglnn.GATConv(in_dim, 8, 4, feat_drop=0.3, allow_zero_in_degree=True)
-            self.l2 = dglnn.GATConv(32, num_classes, 1, feat_drop=0.3, allow_zero_in_degree=True)
-            self.drop = nn.Dropout(0.5)
-
-        def forward(self, blocks, x):
-            return self.l2(blocks[1], self.drop(self.l1(blocks[0], x).flatten(1).relu())).mean(1)
-
-    return DGLModel(GAT())
+    # feat_drop: a dropout inside each unit; the net's dropout: one between units
+    return DGLModel(DGLNet(dglnn.GATConv(in_dim, 8, 4, feat_drop=0.3, allow_zero_in_degree=True),
+                           dglnn.GATConv(32, num_classes, 1, feat_drop=0.3, allow_zero_in_degree=True), 0.5))
 
 
 def _pyg_gat(in_dim, num_classes):
-    ok, reason = pyg_available()
-    if not ok:
-        pytest.skip(reason)
-    from torch_geometric.nn import GATConv
-
+    pygnn = pyg_nn()
     from cherry.interop.pyg import PyGModel
 
-    class GAT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.convs = nn.ModuleList([GATConv(in_dim, 8, heads=4), GATConv(32, num_classes)])
-            self.drop = nn.Dropout(0.5)
-
-        def forward(self, x, adjs):
-            for i, (edge_index, _, size) in enumerate(adjs):
-                x = self.convs[i]((x, x[: size[1]]), edge_index)
-                x = self.drop(x.relu()) if i == 0 else x
-            return x
-
-    return PyGModel(GAT())
+    return PyGModel(PyGNet([pygnn.GATConv(in_dim, 8, heads=4), pygnn.GATConv(32, num_classes)], 0.5))
 
 
 class _Layer(nn.Module):

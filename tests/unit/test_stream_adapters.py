@@ -6,7 +6,6 @@ import pytest
 import torch
 from torch import nn
 
-from cherry.compat import dgl_available, pyg_available
 from cherry.execution import ExecutorOptions, MicrobatchExecutor
 from cherry.execution.partition_check import compare
 from cherry.execution.stream import can_stream
@@ -14,6 +13,7 @@ from cherry.models import ModelSpec
 from cherry.planning import MemoryModel
 from cherry.sampling import NeighborSampler, sampling_generator
 from tests.unit.graphs import random_dataset
+from tests.unit.library_models import DGLNet, PyGNet, dgl_nn, pyg_nn
 
 FEATURES, HIDDEN = 40, 8
 
@@ -26,64 +26,29 @@ def graph():
 
 
 def _dgl(kind: str, classes: int, pre_dropout: bool = False) -> nn.Module:
-    ok, reason = dgl_available()
-    if not ok:
-        pytest.skip(reason)
-    from cherry.compat import import_dgl
+    dglnn = dgl_nn()
     from cherry.interop import from_dgl
 
-    dglnn = import_dgl().nn
     make = {"gcn": lambda i, o: dglnn.GraphConv(i, o, allow_zero_in_degree=True),
             "gat": lambda i, o: dglnn.GATConv(i, o // 2, 2, allow_zero_in_degree=True),
             "gat_residual": lambda i, o: dglnn.GATConv(i, o // 2, 2, residual=True, allow_zero_in_degree=True),
             "sage": lambda i, o: dglnn.SAGEConv(i, o, "mean"),
             "sage_pool": lambda i, o: dglnn.SAGEConv(i, o, "pool")}[kind]
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.l1, self.l2 = make(FEATURES, HIDDEN), make(HIDDEN, 2 * classes)
-            self.drop = nn.Dropout(0.5 if pre_dropout else 0.3)
-            self.pre_dropout = pre_dropout
-
-        def forward(self, blocks, x):
-            x = self.drop(x) if self.pre_dropout else x
-            h = self.drop(torch.relu(self.l1(blocks[0], x).flatten(1)))
-            return self.l2(blocks[1], h).flatten(1)
-
-    return from_dgl(Net())
+    return from_dgl(DGLNet(make(FEATURES, HIDDEN), make(HIDDEN, 2 * classes), 0.5 if pre_dropout else 0.3,
+                           pre_dropout=pre_dropout))
 
 
 def _pyg(kind: str, classes: int) -> nn.Module:
-    ok, reason = pyg_available()
-    if not ok:
-        pytest.skip(reason)
-    from torch_geometric.nn import GATConv, GCNConv, SAGEConv
-
+    pygnn = pyg_nn()
     from cherry.interop import from_pyg
 
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            if kind == "gcn":
-                self.convs = nn.ModuleList([GCNConv(FEATURES, HIDDEN), GCNConv(HIDDEN, 2 * classes)])
-            elif kind == "gat":
-                self.convs = nn.ModuleList([GATConv(FEATURES, HIDDEN // 2, heads=2), GATConv(HIDDEN, classes, heads=2)])
-            else:
-                self.convs = nn.ModuleList([SAGEConv(FEATURES, HIDDEN), SAGEConv(HIDDEN, 2 * classes)])
-            self.drop = nn.Dropout(0.3)
-
-        def forward(self, x, adjs):
-            for i, (edge_index, _, size) in enumerate(adjs):
-                if kind == "gcn":
-                    x = self.convs[i](x, edge_index)[: size[1]]
-                else:
-                    x = self.convs[i]((x, x[: size[1]]), edge_index)
-                if i == 0:
-                    x = self.drop(x.relu())
-            return x
-
-    return from_pyg(Net())
+    if kind == "gcn":
+        convs = [pygnn.GCNConv(FEATURES, HIDDEN), pygnn.GCNConv(HIDDEN, 2 * classes)]
+    elif kind == "gat":
+        convs = [pygnn.GATConv(FEATURES, HIDDEN // 2, heads=2), pygnn.GATConv(HIDDEN, classes, heads=2)]
+    else:
+        convs = [pygnn.SAGEConv(FEATURES, HIDDEN), pygnn.SAGEConv(HIDDEN, 2 * classes)]
+    return from_pyg(PyGNet(convs, 0.3, bipartite=kind != "gcn"))
 
 
 def _grads(model, ds, blocks, k: int, stream: str, recompute: str = "off"):
