@@ -2,6 +2,7 @@
 
     python -m cherry.report.headline --readme README.md results/records/searches/*.json
     python -m cherry.report.headline --region real --readme README.md --table T --verify V... S...
+    python -m cherry.report.headline --region budget --readme README.md results/bench/budget.json
 
 Each region lies between its own opening marker, which names the command that writes it, and
 `END`. The ``wall`` region holds the memory-wall verdicts of ``make run``'s ``results/summary.md``
@@ -9,7 +10,8 @@ Each region lies between its own opening marker, which names the command that wr
 went on with recomputation, who reached the training set, whose search is a lower bound. The
 ``real`` region holds the same for ``make run-real``, plus its accuracy-under-a-cap verdicts, the
 cases whose Cherry steps streamed their input layer, and the largest gradient difference of its
-`cherry verify` checks. Nothing outside the region changes; a page without exactly one such region
+`cherry verify` checks. The ``budget`` region holds the targets of `cherry bench budget` from
+its ``--json`` record. Nothing outside the region changes; a page without exactly one such region
 is refused.
 """
 from __future__ import annotations
@@ -41,10 +43,11 @@ class RegionInputs:
 @dataclass(frozen=True)
 class Region:
     """One generated region: ``begin`` is its opening marker (it names the command that rewrites it);
-    ``write(inputs)`` returns its Markdown without markers; ``needs_table``: the run table is required."""
+    ``write(args)`` returns its Markdown without markers from the command's parsed arguments;
+    ``needs_table``: the run table is required."""
 
     begin: str
-    write: Callable[[RegionInputs], str]
+    write: Callable[[argparse.Namespace], str]
     needs_table: bool
 
 
@@ -107,12 +110,65 @@ def real_headline(inputs: RegionInputs) -> str:
     return "\n".join(lines)
 
 
+def budget_headline(bench: dict) -> str:
+    """The ``budget`` region's Markdown: the targets of `cherry bench budget` against its ``--json``
+    record (``rows``, ``summary``, ``args``), the rows of models the memory model does not know apart."""
+    rows, total = bench["rows"], bench["summary"]
+    if not rows:
+        raise ValueError("the budget record holds no row")
+    users = set(str(bench.get("args", {}).get("user_models") or "").split(","))
+    mine = [r for r in rows if r["model"] in users]
+
+    def most(key, among):
+        return max((r[key] for r in among if r[key] is not None), default=None)
+
+    top = max(rows, key=lambda r: r["peak_over_budget"] or 0)
+    jumps = [r for r in rows if r["k_unforced_jumps"]]
+    user_peak = f"; users' models at most {most('peak_over_budget', mine):.3f}" if mine else ""
+    user_k = f"; users' models at most {most('k_over_smallest_median', mine):.2f}" if mine else ""
+    table = [
+        "| target | result |", "| --- | --- |",
+        f"| aborted / refused steps (0) | {total['aborted_steps']} / {total['refused_steps']} over {len(rows)} "
+        f"configuration-capacity rows; recomputation on {total['recompute_rows']} rows |",
+        f"| largest peak over the budget (<= 1.0) | {top['peak_over_budget']:.3f} ({top['config']}, "
+        f"{top['peak_over_capacity']:.3f} of the capacity){user_peak} |",
+        f"| chosen K over the smallest fitting K, median (<= 1.25) | {total['k_over_smallest_median']:.2f} (largest "
+        f"row median {most('k_over_smallest_median', rows):.2f}{user_k}) |",
+        f"| K more than doubling without the batch forcing it (0) | {total['k_unforced_jumps']} steps on "
+        f"{len(jumps)} row{'' if len(jumps) == 1 else 's'} |",
+        f"| estimator error per micro-batch, median of rows | {total['estimator_error_median']:.3f} |",
+    ]
+    return "\n".join(table)
+
+
+def _budget_record(args: argparse.Namespace) -> dict:
+    import json
+
+    if len(args.records) != 1:
+        raise ValueError(f"--region budget reads one `cherry bench budget --json` record, got {len(args.records)}")
+    with open(args.records[0]) as f:
+        record = json.load(f)
+    if not isinstance(record, dict) or not {"rows", "summary"} <= set(record):
+        raise ValueError(f"{args.records[0]}: not a `cherry bench budget --json` record (expected rows and summary)")
+    return record
+
+
+def _inputs(args: argparse.Namespace) -> RegionInputs:
+    from cherry.report.tables import load_searches, load_table
+
+    return RegionInputs(load_searches(args.records), None if args.table is None else load_table(args.table),
+                        tuple(args.verify))
+
+
 REGIONS: dict[str, Region] = {
     "wall": Region("<!-- generated from records: python -m cherry.report.headline --readme README.md "
-                   "results/records/searches/*.json -->", lambda i: headline(i.searches), needs_table=False),
+                   "results/records/searches/*.json -->", lambda a: headline(_inputs(a).searches), needs_table=False),
     "real": Region("<!-- generated from records: python -m cherry.report.headline --region real --readme README.md "
                    "--table results/real/results/records/runs.csv --verify results/real/results/verify/*.json "
-                   "results/real/results/records/searches/*.json -->", real_headline, needs_table=True),
+                   "results/real/results/records/searches/*.json -->", lambda a: real_headline(_inputs(a)),
+                   needs_table=True),
+    "budget": Region("<!-- generated from records: python -m cherry.report.headline --region budget --readme README.md "
+                     "results/bench/budget.json -->", lambda a: budget_headline(_budget_record(a)), needs_table=False),
 }
 BEGIN = REGIONS["wall"].begin
 
@@ -134,14 +190,14 @@ def replace_region(text: str, body: str, begin: str = BEGIN) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     from cherry.io import write_bytes_atomic
-    from cherry.report.tables import load_searches, load_table
 
     parser = argparse.ArgumentParser(prog="python -m cherry.report.headline", description=__doc__.splitlines()[0])
     parser.add_argument("--readme", required=True, help="the Markdown file whose generated region is rewritten")
     parser.add_argument("--region", choices=sorted(REGIONS), default="wall", help="which region to rewrite")
     parser.add_argument("--table", default=None, help="the run table (results/records/runs.csv); the real region's")
     parser.add_argument("--verify", nargs="*", default=[], help="`cherry verify --json` records (real region)")
-    parser.add_argument("searches", nargs="+", help="memory-wall search records (cherry.bench.capacity_run)")
+    parser.add_argument("records", nargs="+", help="memory-wall search records (cherry.bench.capacity_run); for "
+                        "--region budget, the `cherry bench budget --json` record")
     args = parser.parse_args(argv)
     chosen = REGIONS[args.region]
     if chosen.needs_table and args.table is None:
@@ -149,9 +205,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         with open(args.readme) as f:
             text = f.read()
-        inputs = RegionInputs(load_searches(args.searches), None if args.table is None else load_table(args.table),
-                              tuple(args.verify))
-        updated = replace_region(text, chosen.write(inputs), chosen.begin)
+        updated = replace_region(text, chosen.write(args), chosen.begin)
     except (OSError, ValueError) as exc:
         print(f"cherry.report.headline: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

@@ -116,3 +116,48 @@ def test_real_region_needs_the_run_table(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--region", "real", "--readme", str(copy), "searches.json"])
     assert "needs --table" in capsys.readouterr().err
+
+
+BUDGET_RECORD = ROOT / "results" / "bench" / "budget.json"
+
+
+def _budget_row(config, model, peak, k_ratio, jumps=0):
+    return {"config": config, "model": model, "peak_over_budget": peak, "peak_over_capacity": peak - 0.1,
+            "k_over_smallest_median": k_ratio, "k_unforced_jumps": jumps}
+
+
+def test_budget_region_states_the_targets_of_the_bench_record(tmp_path):
+    import json
+
+    from cherry.report.headline import REGIONS, budget_headline
+
+    rows = [_budget_row("chung-lu/sage-mean/L2/5,10", "sage", 0.93, 1.0), _budget_row("synth-products/gat", "gat", 1.015, 1.5, 2),
+            _budget_row("chung-lu/dgl-gat/L2/5,10/x256", "dgl-gat", 0.92, 1.04)]
+    bench = {"args": {"user_models": "gin-layer,dgl-gat"}, "rows": rows,
+             "summary": {"aborted_steps": 0, "refused_steps": 1, "recompute_rows": 2, "k_over_smallest_median": 1.0,
+                         "k_unforced_jumps": 2, "estimator_error_median": 0.016}}
+    text = budget_headline(bench)
+    assert "| 0 / 1 over 3 configuration-capacity rows; recomputation on 2 rows |" in text
+    assert "1.015 (synth-products/gat, 0.915 of the capacity); users' models at most 0.920 |" in text
+    assert "1.00 (largest row median 1.50; users' models at most 1.04) |" in text and "2 steps on 1 row |" in text
+    record, page = tmp_path / "budget.json", tmp_path / "README.md"
+    record.write_text(json.dumps(bench))
+    page.write_text(f"{REGIONS['budget'].begin}\nold\n{END}\n")
+    assert main(["--region", "budget", "--readme", str(page), str(record)]) == 0
+    assert region(page.read_text(), REGIONS["budget"].begin) == text
+    record.write_text("[]")
+    assert main(["--region", "budget", "--readme", str(page), str(record)]) == 2
+
+
+def test_readme_budget_region_matches_the_bench_record():
+    import json
+
+    from cherry.report.headline import REGIONS, budget_headline
+
+    begin = REGIONS["budget"].begin
+    text = (ROOT / "README.md").read_text()
+    region(text, begin)  # the README carries the budget benchmark's generated region
+    if not BUDGET_RECORD.exists():
+        pytest.skip("no results/bench/budget.json (the README's `cherry bench budget` command writes it)")
+    assert region(text, begin) == budget_headline(json.loads(BUDGET_RECORD.read_text())), (
+        f"README.md's budget region differs from {BUDGET_RECORD}: run the command in {begin}")
