@@ -112,12 +112,11 @@ def real_headline(inputs: RegionInputs) -> str:
 
 def budget_headline(bench: dict) -> str:
     """The ``budget`` region's Markdown: the targets of `cherry bench budget` against its ``--json``
-    record (``rows``, ``summary``, ``args``), the rows of models the memory model does not know apart."""
+    record (``rows``, ``summary``), the rows of models the memory model does not know (``user_model``) apart."""
     rows, total = bench["rows"], bench["summary"]
     if not rows:
         raise ValueError("the budget record holds no row")
-    users = set(str(bench.get("args", {}).get("user_models") or "").split(","))
-    mine = [r for r in rows if r["model"] in users]
+    mine = [r for r in rows if r.get("user_model")]  # priced by probes: models the memory model does not know
 
     def most(key, among):
         return max((r[key] for r in among if r[key] is not None), default=None)

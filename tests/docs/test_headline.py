@@ -122,7 +122,7 @@ BUDGET_RECORD = ROOT / "results" / "bench" / "budget.json"
 
 
 def _budget_row(config, model, peak, k_ratio, jumps=0):
-    return {"config": config, "model": model, "peak_over_budget": peak, "peak_over_capacity": peak - 0.1,
+    return {"config": config, "model": model, "user_model": model.startswith("dgl"), "peak_over_budget": peak, "peak_over_capacity": peak - 0.1,
             "k_over_smallest_median": k_ratio, "k_unforced_jumps": jumps}
 
 
@@ -133,7 +133,7 @@ def test_budget_region_states_the_targets_of_the_bench_record(tmp_path):
 
     rows = [_budget_row("chung-lu/sage-mean/L2/5,10", "sage", 0.93, 1.0), _budget_row("synth-products/gat", "gat", 1.015, 1.5, 2),
             _budget_row("chung-lu/dgl-gat/L2/5,10/x256", "dgl-gat", 0.92, 1.04)]
-    bench = {"args": {"user_models": "gin-layer,dgl-gat"}, "rows": rows,
+    bench = {"rows": rows,
              "summary": {"aborted_steps": 0, "refused_steps": 1, "recompute_rows": 2, "k_over_smallest_median": 1.0,
                          "k_unforced_jumps": 2, "estimator_error_median": 0.016}}
     text = budget_headline(bench)
