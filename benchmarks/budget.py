@@ -388,7 +388,8 @@ def run_capacity(dataset, config, args, capacity_bytes: int) -> dict:
     peak = max(peaks, default=0)
     return {
         "config": config.label, "graph": config.graph, "model": config.model, "aggr": config.aggr,
-        "num_layers": config.num_layers, "fanouts": list(config.fanouts), "capacity_bytes": capacity_bytes,
+        "num_layers": config.num_layers, "fanouts": list(config.fanouts), "user_model": config.user_model,
+        "capacity_bytes": capacity_bytes,
         "budget_bytes": budget, "steps": args.steps, "aborted_steps": aborted,
         "refused_steps": refused,
         "peak_over_budget": peak / budget if budget else None, "peak_over_capacity": peak / capacity_bytes,

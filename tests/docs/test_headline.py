@@ -61,3 +61,103 @@ def test_command_rewrites_a_copy(tmp_path):
     copy.write_text(f"x\n{BEGIN}\n{END}\n")
     assert main(["--readme", str(copy), *map(str, SEARCHES)]) == 0
     assert region(copy.read_text()) == headline(load_searches(SEARCHES))
+
+
+REAL_RECORDS = ROOT / "results" / "real" / "results"
+
+
+def _run(system, axis, k, batch, accs, seed, status="ok"):
+    """One accuracy-under-a-cap run record: its valid and test accuracy after each epoch."""
+    return {"experiment": "accuracy_cap", "axis": axis, "system": system, "k": k, "seed": seed,
+            "device_memory_bytes": 12 * 2**20, "dataset": "amazon-photo", "model": "sage", "aggr": "mean",
+            "num_layers": 2, "hidden": 128, "heads": 1, "batch_size": batch, "fanouts": "5,10", "status": status,
+            "epoch_valid_acc": list(accs), "epoch_test_acc": list(accs), "step_times_s": [0.1] * len(accs),
+            "num_microbatches_max": 4 if k == "auto" else 1, "streamed_steps": 0, "steps_completed": 5,
+            "warmup_steps": 1, "case": "amazon-photo"}
+
+
+def test_real_region_states_accuracy_verdicts_from_the_run_table():
+    runs = pd.DataFrame([_run("cherry", "own_k", "auto", 1024, [0.5, 0.6], s) for s in (0, 1)]
+                        + [_run("dgl", "largest_batch", "1", 64, [0.8, 0.9 + s / 100], s) for s in (0, 1)]
+                        + [_run("pyg", "largest_batch", "1", 16, [0.7], 0, status="timeout")])
+    from cherry.report.headline import REGIONS, RegionInputs, accuracy_verdicts, real_headline
+
+    lines = accuracy_verdicts(runs)
+    assert len(lines) == 1 and "cap 12 MiB" in lines[0]
+    assert "0.600 [0.600, 0.600] over 2 of 2 seeds" in lines[0]
+    assert "batch 64, fanouts 5,10: 0.905 [0.900, 0.910] over 2 of 2 seeds (cherry lower)" in lines[0]
+    assert "no seed finished" in lines[0]
+    text = real_headline(RegionInputs(_fixture(), runs, ()))
+    assert "`make run-real`" in text and "went on with recomputation" in text and lines[0] in text
+    page = f"{BEGIN}\nwall\n{END}\n{REGIONS['real'].begin}\nreal\n{END}\n"
+    assert region(page) == "wall" and region(page, REGIONS["real"].begin) == "real"
+    assert region(replace_region(page, "new", REGIONS["real"].begin)) == "wall"
+
+
+def test_readme_real_region_matches_the_real_records():
+    from cherry.report.headline import REGIONS, RegionInputs, real_headline
+    from cherry.report.tables import load_table
+
+    begin = REGIONS["real"].begin
+    text = (ROOT / "README.md").read_text()
+    region(text, begin)  # the README carries the real run's generated region
+    searches = sorted((REAL_RECORDS / "records" / "searches").glob("*.json"))
+    if not searches or not (REAL_RECORDS / "records" / "runs.csv").exists():
+        pytest.skip("no real-graph records under results/real/ (make run-real writes them)")
+    inputs = RegionInputs(load_searches(searches), load_table(REAL_RECORDS / "records" / "runs.csv"),
+                          tuple(map(str, sorted((REAL_RECORDS / "verify").glob("*.json")))))
+    assert region(text, begin) == real_headline(inputs), (
+        f"README.md's real-graph region differs from results/real/: run the command in {begin}")
+
+
+def test_real_region_needs_the_run_table(tmp_path, capsys):
+    copy = tmp_path / "README.md"
+    copy.write_text("x\n")
+    with pytest.raises(SystemExit):
+        main(["--region", "real", "--readme", str(copy), "searches.json"])
+    assert "needs --table" in capsys.readouterr().err
+
+
+BUDGET_RECORD = ROOT / "results" / "bench" / "budget.json"
+
+
+def _budget_row(config, model, peak, k_ratio, jumps=0):
+    return {"config": config, "model": model, "user_model": model.startswith("dgl"), "peak_over_budget": peak, "peak_over_capacity": peak - 0.1,
+            "k_over_smallest_median": k_ratio, "k_unforced_jumps": jumps}
+
+
+def test_budget_region_states_the_targets_of_the_bench_record(tmp_path):
+    import json
+
+    from cherry.report.headline import REGIONS, budget_headline
+
+    rows = [_budget_row("chung-lu/sage-mean/L2/5,10", "sage", 0.93, 1.0), _budget_row("synth-products/gat", "gat", 1.015, 1.5, 2),
+            _budget_row("chung-lu/dgl-gat/L2/5,10/x256", "dgl-gat", 0.92, 1.04)]
+    bench = {"rows": rows,
+             "summary": {"aborted_steps": 0, "refused_steps": 1, "recompute_rows": 2, "k_over_smallest_median": 1.0,
+                         "k_unforced_jumps": 2, "estimator_error_median": 0.016}}
+    text = budget_headline(bench)
+    assert "| 0 / 1 over 3 configuration-capacity rows; recomputation on 2 rows |" in text
+    assert "1.015 (synth-products/gat, 0.915 of the capacity); users' models at most 0.920 |" in text
+    assert "1.00 (largest row median 1.50; users' models at most 1.04) |" in text and "2 steps on 1 row |" in text
+    record, page = tmp_path / "budget.json", tmp_path / "README.md"
+    record.write_text(json.dumps(bench))
+    page.write_text(f"{REGIONS['budget'].begin}\nold\n{END}\n")
+    assert main(["--region", "budget", "--readme", str(page), str(record)]) == 0
+    assert region(page.read_text(), REGIONS["budget"].begin) == text
+    record.write_text("[]")
+    assert main(["--region", "budget", "--readme", str(page), str(record)]) == 2
+
+
+def test_readme_budget_region_matches_the_bench_record():
+    import json
+
+    from cherry.report.headline import REGIONS, budget_headline
+
+    begin = REGIONS["budget"].begin
+    text = (ROOT / "README.md").read_text()
+    region(text, begin)  # the README carries the budget benchmark's generated region
+    if not BUDGET_RECORD.exists():
+        pytest.skip("no results/bench/budget.json (the README's `cherry bench budget` command writes it)")
+    assert region(text, begin) == budget_headline(json.loads(BUDGET_RECORD.read_text())), (
+        f"README.md's budget region differs from {BUDGET_RECORD}: run the command in {begin}")
