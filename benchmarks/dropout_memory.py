@@ -84,7 +84,10 @@ def one_step(ds, blocks, p: float, capacity_bytes=None) -> dict:
                                     ExecutorOptions.for_k(1, dropout_seed=1), memory=memory)
             stats = ex.step(blocks, ds.features, ds.labels)
             ex.close()
-            return dict(peak_bytes=memory.peak_bytes(), loss=stats.loss, estimate_bytes=estimate, fits=True)
+            # the executor resets the tracker's peak at each micro-batch window: the step's own
+            # measured peak covers the windows the tracker's running peak no longer shows
+            peak = max(memory.peak_bytes(), stats.measured_peak_bytes or 0)
+            return dict(peak_bytes=peak, loss=stats.loss, estimate_bytes=estimate, fits=True)
     except torch.OutOfMemoryError:
         return dict(peak_bytes=None, loss=None, estimate_bytes=estimate, fits=False)
 
