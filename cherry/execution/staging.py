@@ -76,6 +76,8 @@ class Staging:
         self.budget_bytes = budget_bytes
         self.memory = memory
         self.side_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        # a streamed input layer's chunk copies (`cherry.execution.chunk_pipeline`)
+        self.chunk_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.pinned = PinnedRows(slots=2)  # per-micro-batch rows (prepared one ahead)
         self.pinned_stage = PinnedRows(slots=1)  # the whole batch's rows, once per step
         self.pinned_chunks = PinnedRows(slots=2)  # a streamed input layer's chunks
@@ -188,6 +190,11 @@ class Staging:
         else:
             host = mb.input_nodes.to(features.device)
             gather = lambda a, b: self.pinned_chunks.gather(features, host[a:b], self.device)  # noqa: E731
+            if self.chunk_stream is not None and features.device.type == "cpu":
+                # host rows on a GPU: each chunk's copy runs on a stream of its own beside the previous
+                # chunk's GEMMs, so two chunks are live: each is half the priced one, both fit its place
+                return RowSource(gather, on_device.input_nodes, int(features.shape[1]), max(1, rows // 2),
+                                 copy_stream=self.chunk_stream)
         return RowSource(gather, on_device.input_nodes, int(features.shape[1]), rows)
 
     def use(self, prepared: PreparedInputs) -> None:
@@ -215,6 +222,8 @@ class Staging:
         memory the side stream still reads is not reused by the compute stream."""
         if self.side_stream is not None:
             torch.cuda.current_stream(self.device).wait_stream(self.side_stream)
+        if self.chunk_stream is not None:  # a streamed layer's copies, cut short by the out-of-memory
+            torch.cuda.current_stream(self.device).wait_stream(self.chunk_stream)
 
     def free(self) -> None:
         """Return freed memory: collect cycles (a failed step's frames) and empty the CUDA cache."""
