@@ -146,7 +146,8 @@ def test_staging_streams_host_rows_through_the_copy_stream_in_half_chunks(graph,
     overlapped = staging.row_source(blocks, blocks, unstaged, ds.features, 10)
     assert overlapped.copy_stream is copy and overlapped.chunk_rows == 5
     n = overlapped.num_rows
-    assert torch.equal(torch.cat([x for _, _, x in overlapped.chunks(n)]), torch.cat([x for _, _, x in plain.chunks(n)]))
+    rows = lambda source: torch.cat([x for _, _, x in source.chunks(n)])  # noqa: E731
+    assert torch.equal(rows(overlapped), rows(plain))
 
 
 @pytest.mark.gpu
@@ -182,3 +183,36 @@ def test_on_the_gpu_streamed_gradients_with_overlap_equal_unstreamed(kind, k):
     torch.cuda.synchronize()
     assert abs(losses["on"] - losses["off"]) <= 1e-5 * abs(losses["off"])
     assert max(d.max_rel_diff for d in compare(names, grads["off"], grads["on"])) <= 1e-5
+
+
+def test_the_benchmarks_overlap_counts_copy_time_under_kernels_of_other_streams():
+    from benchmarks.stream_overlap import overlap_of, text
+
+    def event(cat, name, ts, dur, stream):
+        return {"cat": cat, "name": name, "ts": ts, "dur": dur, "args": {"stream": stream}}
+
+    serial = [event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 0, 10, 7), event("kernel", "gemm", 10, 10, 7),
+              event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 20, 10, 7), event("kernel", "gemm", 30, 10, 7)]
+    assert overlap_of(serial) == {"copies": 2, "copy_ms": 0.02, "kernel_ms": 0.02, "overlap_ms": 0.0}
+    beside = [event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 0, 10, 20), event("kernel", "gemm", 5, 10, 7),
+              event("kernel", "mm", 8, 4, 7), event("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 0, 50, 20),
+              event("cpu_op", "aten::mm", 0, 100, None)]
+    got = overlap_of(beside)
+    assert got["copies"] == 1 and abs(got["overlap_ms"] - 0.005) < 1e-12 and abs(got["kernel_ms"] - 0.014) < 1e-12
+    assert "0.01 ms of the copies (50%) ran beside a kernel" in text(got)
+    assert text({"error": "device cpu"}) == "overlap: not measured (device cpu)"
+
+
+def test_the_benchmarks_overlap_step_streams_host_rows(graph):
+    """`benchmarks.stream_overlap.measure` end to end on the CPU (no copies there: zero of each)."""
+    from types import SimpleNamespace
+
+    from benchmarks.stream import _spec
+    from benchmarks.stream_overlap import measure
+
+    ds, blocks = graph
+    args = SimpleNamespace(root=None, sample_fanouts=[4, 5], hidden=16, heads=2, batch_size=20, seed=0, device="cpu")
+    got = measure(ds, _spec(args, "synth-tiny", "gcn", k=1, stream="on", stage=False), blocks)
+    assert got == {"copies": 0, "copy_ms": 0.0, "kernel_ms": 0.0, "overlap_ms": 0.0}
+    refused = measure(ds, _spec(args, "synth-tiny", "gcn", k=1, stream="off", stage=False), blocks)
+    assert refused["error"].startswith("the step did not stream host rows")
