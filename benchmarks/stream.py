@@ -227,6 +227,9 @@ def _overlap(args, graph: str, model: str) -> dict:
         name = graph if graph == GENERATED_WIDE else graph + SPLIT
         dataset = _wide_dataset(args.seed) if graph == GENERATED_WIDE else load_dataset(name, args.root)
         spec = _spec(args, name, model, k=1, stream="on", stage=False)
-        result = stream_overlap.measure(dataset, spec, _batches(dataset, spec, 1)[0])
+        try:
+            result = stream_overlap.measure(dataset, spec, _batches(dataset, spec, 1)[0])
+        except RuntimeError as exc:  # the profiler, not the tables above: say why in the overlap line
+            result = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"}
     print(stream_overlap.text(result), flush=True)
     return result

@@ -69,7 +69,10 @@ def measure(dataset, spec, blocks) -> dict:
                 events = json.load(f).get("traceEvents", [])
     finally:
         trainer.close()
-    return overlap_of(events)
+    result = overlap_of(events)
+    if on_gpu and not result["copies"]:
+        return {"error": "the profiler's trace holds no host-to-device copy (no CUDA activity recorded: CUPTI?)"}
+    return result
 
 
 def text(result: dict) -> str:

@@ -150,39 +150,63 @@ def test_staging_streams_host_rows_through_the_copy_stream_in_half_chunks(graph,
     assert torch.equal(rows(overlapped), rows(plain))
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("kind", ["gcn", "gat"])
-@pytest.mark.parametrize("k", [1, 3])
-def test_on_the_gpu_streamed_gradients_with_overlap_equal_unstreamed(kind, k):
-    """Host (pinned) features on a CUDA device: the executor streams through the copy stream (staging
-    off, so the rows come from the host) and gives the unstreamed gradients."""
+def _executor_streams_exactly(kind: str, k: int, device: str, monkeypatch, copy_stream=None) -> None:
+    """The executor with staging off (rows from the host table) streams through its copy stream
+    (``copy_stream`` replaces it where given), forward and backward of every micro-batch, and gives
+    the unstreamed loss and gradients."""
     from cherry.execution import ExecutorOptions, MicrobatchExecutor
+    from cherry.execution import stream as stream_mod
     from cherry.execution.partition_check import compare
     from cherry.planning import MemoryModel
 
+    passes, pipelined = [], stream_mod.pipelined
+
+    def counted(load, ranges, copy_stream=None):
+        passes.append(copy_stream is not None)
+        return pipelined(load, ranges, copy_stream)
+
+    monkeypatch.setattr(stream_mod, "pipelined", counted)
     ds = random_dataset(num_nodes=3000, avg_degree=8, feature_dim=512)
-    features = ds.features.pin_memory()
+    features = ds.features.pin_memory() if device == "cuda" else ds.features
     blocks = NeighborSampler(ds.graph, [4, 6]).sample(ds.train_idx[:512], sampling_generator(3))
     grads, losses = {}, {}
     for stream in ("off", "on"):
         torch.manual_seed(0)
         spec = ModelSpec(kind, 512, 16, ds.num_classes, 2, heads=2, input_dropout=0.3)
-        model = build_model(spec).cuda()
+        model = build_model(spec).to(device)
         options = ExecutorOptions.for_k(k, stage_features=False, pipeline=True, exactness_check="off",
                                         stream_inputs=stream)
         ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.0), MemoryModel.for_model(spec),
-                                options, "cuda")
-        ex.stream_chunk_rows = 64  # many chunks per micro-batch: 32 rows each through the copy stream
+                                options, device)
+        if copy_stream is not None:
+            ex.staging.chunk_stream = copy_stream
         assert ex.staging.chunk_stream is not None
+        ex.stream_chunk_rows = 64  # many chunks per micro-batch: 32 rows each through the copy stream
         stats = ex.accumulate(blocks, features, ds.labels)
         assert stats.streamed == (stream == "on")
         losses[stream], grads[stream] = stats.loss, [g.detach().cpu().clone() for g in ex.gradients()]
         names = [n for n, p in model.named_parameters() if p.requires_grad]
         ex.close()
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    assert len(passes) == 2 * k and all(passes)  # each micro-batch's forward and backward, overlapped
     assert abs(losses["on"] - losses["off"]) <= 1e-5 * abs(losses["off"])
     assert max(d.max_rel_diff for d in compare(names, grads["off"], grads["on"])) <= 1e-5
+
+
+@pytest.mark.parametrize("kind,k", [("gcn", 1), ("gat", 3)])
+def test_the_executor_streams_through_a_copy_stream_exactly(kind, k, fake, monkeypatch):
+    """The GPU test below on the CPU, with a fake copy stream: the executor's plumbing."""
+    _executor_streams_exactly(kind, k, "cpu", monkeypatch, copy_stream=fake[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind", ["gcn", "gat"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_on_the_gpu_streamed_gradients_with_overlap_equal_unstreamed(kind, k, monkeypatch):
+    """Host (pinned) features on a CUDA device: chunk copies on the staging's copy stream, overlapped."""
+    _executor_streams_exactly(kind, k, "cuda", monkeypatch)
 
 
 def test_the_benchmarks_overlap_counts_copy_time_under_kernels_of_other_streams():
