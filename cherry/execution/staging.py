@@ -25,7 +25,7 @@ import torch
 
 from cherry.execution.feature_cache import FeatureCache, moved_rows
 from cherry.execution.stream import RowSource
-from cherry.execution.transfer import PinnedRows, blocks_to_device, index_tensors
+from cherry.execution.transfer import PinnedRows, blocks_to_device, copied_blocks, index_tensors
 from cherry.planning import BudgetTooSmallError
 from cherry.planning.plan import resident_index_bytes
 from cherry.planning.residency import ALL
@@ -130,11 +130,12 @@ class Staging:
         Buffers that do not fit are a `BudgetTooSmallError` (a finer K holds more of them, not fewer)."""
         try:
             if self.side_stream is None:
-                moved = [p.to(self.device) for p in parts]
                 register = getattr(self.memory, "register_external", None)
                 if register is not None and self.device.type == "cpu":
+                    moved = copied_blocks(parts)  # the step's own copy, as a GPU's is (not the host's)
                     register(index_tensors(moved))
-                return moved
+                    return moved
+                return [p.to(self.device) for p in parts]
             self.side_after_main()
             with torch.cuda.stream(self.side_stream):
                 return blocks_to_device(parts, self.device)
