@@ -13,6 +13,9 @@ on an emulated device (`DeviceMemory` with a capacity: the out-of-memory a GPU w
 heavily overlapping neighbourhoods, `WIDE_FEATURES` random features), the same on every machine.
 ``--quick`` runs that graph alone (GCN, 2 steps, 2 rounds): the GPU check's section, which needs no
 file from ``../shared/graphs``.
+On a GPU, one more streamed K = 1 step of the first graph and model, with its rows read from the host,
+is profiled: the ``overlap:`` line says how much of its chunk copies ran beside a kernel
+(`benchmarks.stream_overlap`); elsewhere that line says it was not measured.
 Every configuration trains the same batches (the first ``--steps`` of epoch 0, sampled once), with a
 fresh trainer per epoch (so each epoch plans from an uncalibrated model, as a new run does); the
 configurations run in rotating order within each of ``--repeats`` rounds (interleaved). The device's
@@ -43,7 +46,7 @@ def _wide_dataset(seed: int):
     return degree_law_dataset("barabasi-albert", WIDE_NODES, seed, WIDE_FEATURES, name=GENERATED_WIDE, m=WIDE_M)
 
 
-def _spec(args, dataset: str, model: str, k=None, budget=None, stream="auto"):
+def _spec(args, dataset: str, model: str, k=None, budget=None, stream="auto", stage=True):
     from cherry.spec import BUDGET_RESERVE_FRACTION, make_spec
 
     name, _, aggr = model.partition("-")
@@ -55,7 +58,8 @@ def _spec(args, dataset: str, model: str, k=None, budget=None, stream="auto"):
                      fanouts=args.sample_fanouts, hidden=args.hidden // args.heads if gat else args.hidden, heads=args.heads,
                      batch_size=args.batch_size, num_microbatches=k, budget_bytes=budget,
                      device_memory_bytes=capacity, evaluate=False, seed=args.seed, device=args.device,
-                     options={"ordering": "none", "exactness_check": "off", "stream_inputs": stream})
+                     options={"ordering": "none", "exactness_check": "off", "stream_inputs": stream,
+                              "stage_features": stage})
 
 
 def _epoch(dataset, spec, batches) -> dict:
@@ -195,8 +199,30 @@ def run(args) -> int:
         for model in models:
             cases.append(_case(args, args.narrow, model, narrow=True))
             _print(cases[-1])
+    overlap = _overlap(args, graphs[0], models[0]) if graphs and models else None
     if args.json:
         from cherry.io import write_json_atomic
 
-        write_json_atomic(args.json, {"cases": cases, "steps": args.steps, "repeats": args.repeats})
+        write_json_atomic(args.json, {"cases": cases, "steps": args.steps, "repeats": args.repeats, "overlap": overlap})
     return 0
+
+
+def _overlap(args, graph: str, model: str) -> dict:
+    """On a GPU, whether the first case's streamed chunk copies ran beside its GEMMs (one profiled
+    K = 1 step from host rows, `benchmarks.stream_overlap`); printed in one line."""
+    from benchmarks import stream_overlap
+
+    if not str(args.device).startswith("cuda"):
+        result = {"error": f"device {args.device}: chunks are copied on a separate stream on a GPU only"}
+    else:
+        from cherry.data import load_dataset
+
+        name = graph if graph == GENERATED_WIDE else graph + SPLIT
+        dataset = _wide_dataset(args.seed) if graph == GENERATED_WIDE else load_dataset(name, args.root)
+        spec = _spec(args, name, model, k=1, stream="on", stage=False)
+        try:
+            result = stream_overlap.measure(dataset, spec, _batches(dataset, spec, 1)[0])
+        except RuntimeError as exc:  # the profiler, not the tables above: say why in the overlap line
+            result = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"}
+    print(stream_overlap.text(result), flush=True)
+    return result

@@ -365,9 +365,13 @@ class MicrobatchExecutor:
                  oom: str) -> None:
         """Re-plan the step from micro-batch ``k`` (`cherry.execution.recovery.recover`)."""
         def plan(positions: torch.Tensor, recompute: Optional[str], num_microbatches: Optional[int]):
+            # slicing host blocks is host work, done on the preparation thread (idle: the failed step's
+            # preparation was abandoned) as the loader plans: an emulated device, which counts what its
+            # own thread allocates, then counts what a GPU would hold, not the host's slices
             with self.probe.phase("plan"):
-                return self.plan(blocks, positions=positions, recompute=recompute, num_microbatches=num_microbatches,
-                                 stream="on" if work.stream else None)
+                return self._pool.submit(self.plan, blocks, positions=positions, recompute=recompute,
+                                         num_microbatches=num_microbatches,
+                                         stream="on" if work.stream else None).result()
 
         how = Replanner(self.options, self.memory_model,
                         getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes,

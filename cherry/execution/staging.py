@@ -25,7 +25,7 @@ import torch
 
 from cherry.execution.feature_cache import FeatureCache, moved_rows
 from cherry.execution.stream import RowSource
-from cherry.execution.transfer import PinnedRows, blocks_to_device, index_tensors
+from cherry.execution.transfer import PinnedRows, blocks_to_device, copied_blocks, index_tensors
 from cherry.planning import BudgetTooSmallError
 from cherry.planning.plan import resident_index_bytes
 from cherry.planning.residency import ALL
@@ -76,6 +76,8 @@ class Staging:
         self.budget_bytes = budget_bytes
         self.memory = memory
         self.side_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        # a streamed input layer's chunk copies (`cherry.execution.chunk_pipeline`)
+        self.chunk_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.pinned = PinnedRows(slots=2)  # per-micro-batch rows (prepared one ahead)
         self.pinned_stage = PinnedRows(slots=1)  # the whole batch's rows, once per step
         self.pinned_chunks = PinnedRows(slots=2)  # a streamed input layer's chunks
@@ -128,11 +130,12 @@ class Staging:
         Buffers that do not fit are a `BudgetTooSmallError` (a finer K holds more of them, not fewer)."""
         try:
             if self.side_stream is None:
-                moved = [p.to(self.device) for p in parts]
                 register = getattr(self.memory, "register_external", None)
                 if register is not None and self.device.type == "cpu":
+                    moved = copied_blocks(parts)  # the step's own copy, as a GPU's is (not the host's)
                     register(index_tensors(moved))
-                return moved
+                    return moved
+                return [p.to(self.device) for p in parts]
             self.side_after_main()
             with torch.cuda.stream(self.side_stream):
                 return blocks_to_device(parts, self.device)
@@ -188,6 +191,11 @@ class Staging:
         else:
             host = mb.input_nodes.to(features.device)
             gather = lambda a, b: self.pinned_chunks.gather(features, host[a:b], self.device)  # noqa: E731
+            if self.chunk_stream is not None and features.device.type == "cpu":
+                # host rows on a GPU: each chunk's copy runs on a stream of its own beside the previous
+                # chunk's GEMMs, so two chunks are live: each is half the priced one, both fit its place
+                return RowSource(gather, on_device.input_nodes, int(features.shape[1]), max(1, rows // 2),
+                                 copy_stream=self.chunk_stream)
         return RowSource(gather, on_device.input_nodes, int(features.shape[1]), rows)
 
     def use(self, prepared: PreparedInputs) -> None:
@@ -215,6 +223,8 @@ class Staging:
         memory the side stream still reads is not reused by the compute stream."""
         if self.side_stream is not None:
             torch.cuda.current_stream(self.device).wait_stream(self.side_stream)
+        if self.chunk_stream is not None:  # a streamed layer's copies, cut short by the out-of-memory
+            torch.cuda.current_stream(self.device).wait_stream(self.chunk_stream)
 
     def free(self) -> None:
         """Return freed memory: collect cycles (a failed step's frames) and empty the CUDA cache."""

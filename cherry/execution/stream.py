@@ -28,6 +28,7 @@ streamable, since the stock layer would read a dropped copy of ``x`` the chunks 
 """
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
@@ -35,6 +36,8 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch import nn
 
+from cherry.execution.chunk_pipeline import chunk_ranges
+from cherry.execution.chunk_pipeline import chunks as pipelined
 from cherry.models.dropout import apply_dropout
 
 CHUNK_MAX_BYTES = 4 << 20  # a chunk of gathered rows (Flickr GCN: a step at 39 rows as fast as at 348)
@@ -119,6 +122,7 @@ class RowSource:
     chunk_rows: int
     dropout_p: float = 0.0
     step_seed: Optional[int] = None
+    copy_stream: Optional["torch.cuda.Stream"] = None  # gathers there, beside the GEMMs (`chunk_pipeline`)
 
     @property
     def num_rows(self) -> int:
@@ -126,7 +130,18 @@ class RowSource:
 
     def rows(self, start: int, stop: int) -> torch.Tensor:
         """Rows ``[start, stop)`` after input dropout: bit for bit those rows of the dropped ``x``."""
-        x = self.gather(start, stop)
+        return self._dropped(self.gather(start, stop), start, stop)
+
+    def chunks(self, num_rows: int) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """``(start, stop, rows(start, stop))`` for the chunks of the first ``num_rows`` rows, in order;
+        with a copy stream each chunk's gather overlaps the use of the one before
+        (`cherry.execution.chunk_pipeline`), and dropout runs on the compute stream."""
+        ranges = chunk_ranges(num_rows, self.chunk_rows)
+        for start, stop, x in pipelined(self.gather, ranges, self.copy_stream):
+            yield start, stop, self._dropped(x, start, stop)
+            del x
+
+    def _dropped(self, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         if self.dropout_p > 0.0:
             x = apply_dropout(x, self.nodes[start:stop], self.dropout_p, self.step_seed, -1)
         return x
@@ -143,10 +158,7 @@ class StreamedProjection(torch.autograd.Function):
     @staticmethod
     def forward(ctx, source: RowSource, rows: tuple[int, ...], *weights: torch.Tensor):
         outs = [w.new_empty((n, w.shape[0])) for w, n in zip(weights, rows)]
-        step = source.chunk_rows
-        for start in range(0, max(rows), step):
-            stop = min(start + step, max(rows))
-            x = source.rows(start, stop)
+        for start, stop, x in source.chunks(max(rows)):
             for w, n, out in zip(weights, rows, outs):
                 if start < n:
                     end = min(stop, n)
@@ -161,10 +173,7 @@ class StreamedProjection(torch.autograd.Function):
         wanted = [ctx.needs_input_grad[2 + i] and g is not None for i, g in enumerate(grads)]
         dws = [g.new_zeros((g.shape[1], source.width)) if want else None for g, want in zip(grads, wanted)]
         last = max([n for n, want in zip(rows, wanted) if want], default=0)
-        step = source.chunk_rows
-        for start in range(0, last, step):
-            stop = min(start + step, last)
-            x = source.rows(start, stop)
+        for start, stop, x in source.chunks(last):
             for g, n, dw in zip(grads, rows, dws):
                 if dw is not None and start < n:
                     end = min(stop, n)
@@ -292,8 +301,7 @@ def streamed(model: nn.Module, source: RowSource, placeholder: Optional[torch.Te
     if p > 0.0 and dropout.step_seed is None:
         raise ValueError("streamed input layer: input dropout without a step seed draws a fresh mask per call, "
                          "which a re-gather cannot reproduce; set one (cherry.models.dropout.set_dropout_step)")
-    source = RowSource(source.gather, source.nodes, source.width, source.chunk_rows, p,
-                       dropout.step_seed if dropout is not None else None)
+    source = dataclasses.replace(source, dropout_p=p, step_seed=dropout.step_seed if dropout is not None else None)
     if placeholder is None:
         placeholder = source.placeholder()
     elif tuple(placeholder.shape) != (source.num_rows, source.width) or any(placeholder.stride()):

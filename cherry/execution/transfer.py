@@ -59,7 +59,19 @@ def blocks_to_device(parts: Sequence[Blocks], device: torch.device | str) -> lis
     sizes = [t.numel() for t in tensors]
     host = torch.empty(sum(sizes), dtype=torch.int64, pin_memory=True)
     torch.cat(tensors, out=host)
-    views = iter(host.to(device, non_blocking=True).split(sizes))
+    return _rebuilt(parts, host.to(device, non_blocking=True).split(sizes))
+
+
+def copied_blocks(parts: Sequence[Blocks]) -> list[Blocks]:
+    """``parts`` with every index tensor copied on the host, one storage each: what an emulated device
+    counts as a GPU's copy of them, which lives while the step holds it (not while the host blocks,
+    kept by a planned batch, do) and frees with each micro-batch dropped (a recovery's re-plan)."""
+    return _rebuilt(parts, [t.clone() for t in index_tensors(parts)])
+
+
+def _rebuilt(parts: Sequence[Blocks], tensors) -> list[Blocks]:
+    """``parts`` rebuilt from ``tensors``, their index tensors in `index_tensors`' order."""
+    views = iter(tensors)
     moved = []
     for p in parts:
         layers = []

@@ -27,7 +27,7 @@ The estimate is ``fixed_bytes + floor_bytes + scale * activation_bytes(shape)``:
   projection ``P`` and one chunk of gathered rows (``stream_chunk_rows``, or the micro-batch's rows
   when fewer) instead of the gathered rows, their dropped copy and the next micro-batch's prefetched rows (the
   first layer's ``per_src_kept`` and ``per_src_prefetch``). Streamed micro-batches are priced with the
-  plain calibration but do not calibrate it (`observe`).
+  plain calibration and never lower it; one measured above its estimate raises the scale (`observe`).
 - ``largest_fitted_activation_bytes``: the largest analytic activation of a micro-batch that fitted in
   this run: the planner never refuses a micro-batch no larger than one that fitted;
   ``smallest_failed_seed_bytes``: the smallest single-seed micro-batch that ran out of memory (with and
@@ -317,10 +317,18 @@ class MemoryModel:
         priced = priced.with_stream(stream) if priced.stream != stream else priced
         self.error_history.append((priced.estimate_bytes(shape, recompute), int(measured_peak_bytes)))
         act = priced.activation_bytes(shape, recompute)
-        if act <= 0 or stream:
+        if act <= 0:
+            return
+        if stream:
             # a streamed micro-batch holds none of the input rows, whose real cost (a gather's
-            # transients) the plain scale must learn: calibrated by it, the plain plan looked cheap
-            # after a streamed step and overran (Flickr at half the K = 1 peak: 1.04 of the budget)
+            # transients) the plain scale must learn: calibrated down by it, the plain plan looked cheap
+            # after a streamed step and overran (Flickr at half the K = 1 peak: 1.04 of the budget). One
+            # measured above its estimate only raises the scale (by at most `MAX_STEP`): else a run
+            # that streams from its first step keeps the uncalibrated scale (Amazon-Computers GAT at a
+            # tenth of its K = 1 peak: micro-batches priced at half what they held ran out of memory)
+            if not recompute:
+                needed = (measured_peak_bytes - self.fixed_bytes - self.floor_bytes) / act
+                self.scale = max(self.scale, min(needed, self.scale * MAX_STEP, max(MAX_SCALE, self.scale)))
             return
         if recompute:  # calibrates recomputation's factor only: the plain scale and floor stay
             self._rc_samples.append((act, max(0.0, float(measured_peak_bytes - self.fixed_bytes))))

@@ -222,8 +222,9 @@ section memory-wall    50 '^wall|Error' bash -c memory_wall
 section bench-kernels  30 '^ *(sage|gcn|gat)|Error' "${C[@]}" bench kernels --device "$DEVICE" --dataset "$DATASET" \
   --batch-size "$B_SMALL" --fanouts "$FANOUTS" --hidden "$HIDDEN" --steps 2 --repeats 2
 # the streamed input layer on the generated wide graph (no file of ../shared/graphs): K = 1 peaks
-# streamed and not, plans and epoch times at 1/2, 1/4, 1/10 of that peak (`cherry bench stream --quick`)
-section bench-stream   30 '^generated|^ +(K1 on|[0-9.]+ auto):|Error' "${C[@]}" bench stream --quick \
+# streamed and not, plans and epoch times at 1/2, 1/4, 1/10 of that peak (`cherry bench stream --quick`),
+# and whether the chunk copies ran beside the GEMMs (its overlap: line, from a torch.profiler trace)
+section bench-stream   30 '^generated|^ +(K1 on|[0-9.]+ auto):|^overlap|Error' "${C[@]}" bench stream --quick \
   --device "$DEVICE" $STREAM --json "$WORK/bench-stream.json"
 section engine-b65536  50 '^(mean|lstm) |Error' "${E[@]}" --aggrs mean --ks 8 --batch-size "$B_LARGE" \
   --json "$WORK/engine-b65536.json"
