@@ -362,7 +362,8 @@ class MemoryModel:
         act = priced.activation_bytes(shape, recompute)
         if stream and act > 0:  # the streamed line's window (module docstring)
             price = priced.scale_for(recompute) / priced.stream_scale * act
-            self.seed_stream(self._st_samples + [(price, float(measured_peak_bytes - self.fixed_bytes - self.floor_bytes))])
+            held = float(measured_peak_bytes - self.fixed_bytes - self.floor_bytes)
+            self.seed_stream(self._st_samples + [(price, held)])
         if act <= 0 or stream:
             # a streamed micro-batch holds none of the input rows, whose real cost (a gather's
             # transients) the plain scale must learn: calibrated by it, the plain plan looked cheap
