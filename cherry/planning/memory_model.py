@@ -103,7 +103,10 @@ def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: boo
         # dropout stores no mask: cherry.ops.node_dropout recomputes it in backward)
         out_path = (2 + (0 if d.is_last else 2 + (1 if d.dropout > 0 else 0))) * d.out_dim
         if d.model == "gat":
-            per_src += d.heads * (d.head_dim + 1)  # W h_src and a_l . W h_src
+            # W h_src and a_l . W h_src; and in backward one more [S, H, F] beside z's gradient: the
+            # gradients of z through the scores, summed into it (without it, K = 1 of a GAT on
+            # synth-products' hubs peaked 19% above its first, uncalibrated estimate)
+            per_src += d.heads * (d.head_dim + 1) + d.heads * d.head_dim
             # above the last layer four more rows, and dropout's output with dropout (no mask is kept)
             per_dst = d.heads + d.heads * d.head_dim * (1 if d.is_last else 4 + (1 if d.dropout > 0 else 0))
             # logits, leaky, softmax: O(heads) per edge. The weighted sum runs in the fused attention
