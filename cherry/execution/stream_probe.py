@@ -69,7 +69,8 @@ def with_probed_stream(memory_model: MemoryModel, model: torch.nn.Module, datase
     streamed costs of its own fitted on streamed probes (module docstring), which also seed its
     streamed line (`MemoryModel.seed_stream`). Only for a run of automatic K whose model is priced by
     probes and can stream, where streaming prices below the plain layer; ``limit_bytes``: the plan's
-    limit, past which no probe grows."""
+    limit, past which no probe grows. Unchanged for a model whose first streamed probe finds its layer 0
+    reading something other than ``x`` (it is marked: `auto` never streams it)."""
     from cherry.execution.stream import can_stream
 
     if spec.num_microbatches is not None or not spec.fanouts or not memory_model.probed \
@@ -77,7 +78,12 @@ def with_probed_stream(memory_model: MemoryModel, model: torch.nn.Module, datase
         return memory_model
     memory_model.stream_chunk_rows = int(chunk_rows)
     room = None if limit_bytes is None else limit_bytes - memory_model.fixed_bytes
-    found = streamed_probes(model, dataset, spec, device, chunk_rows, room)
+    try:
+        found = streamed_probes(model, dataset, spec, device, chunk_rows, room)
+    except ValueError:
+        if can_stream(model):  # not the probe's finding that layer 0 does not read x (the model is marked)
+            raise
+        return memory_model
     if not found:
         return memory_model
     counts = [(sum(l.num_src + l.num_dst for l in shape.layers), sum(l.num_edges for l in shape.layers), peak)

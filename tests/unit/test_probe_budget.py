@@ -133,3 +133,40 @@ def test_a_budget_below_one_probed_seed_is_refused_before_any_step():
     message = str(refused.value)
     assert "\n" not in message and f"budget {trainer.budget_bytes} B is too small for one seed" in message
     assert "smallest budget that would fit" in message and "with recomputation" in message
+
+
+def test_a_model_whose_layer_zero_reads_a_transform_of_x_trains_unstreamed():
+    """Its first streamed probe finds layer 0 called on ``2 * x``, not ``x``: the model is marked (never
+    streamed) and the run trains under the budget unstreamed, rather than failing at construction."""
+    from cherry.compat import dgl_available, import_dgl
+    from cherry.execution import Trainer
+    from cherry.execution.stream import can_stream
+    from cherry.interop import from_dgl
+
+    ok, why = dgl_available()
+    if not ok:
+        pytest.skip(why)
+    dglnn = import_dgl().nn
+    config = bench.Config("chung-lu", "gin-layer", None, 2, (5, 10), 40, 0.0)
+    dataset = bench._dataset(config.graph, ARGS.num_nodes, None, 0, config.features)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1 = dglnn.GraphConv(40, 8, norm="right", allow_zero_in_degree=True)
+            self.l2 = dglnn.GraphConv(8, dataset.num_classes, norm="right", allow_zero_in_degree=True)
+
+        def forward(self, blocks, x):
+            return self.l2(blocks[1], torch.relu(self.l1(blocks[0], 2.0 * x)))
+
+    model = from_dgl(Net())
+    assert can_stream(model)
+    capacity = 300_000
+    with DeviceMemory("cpu", capacity) as memory:
+        trainer = Trainer(dataset, bench._spec(config, argparse.Namespace(**vars(ARGS), steps=2), capacity),
+                          memory=memory, model=model)
+        try:
+            steps = trainer.train_epoch(0)
+        finally:
+            trainer.close()
+    assert not can_stream(model) and steps and not any(s.streamed for s in steps)
