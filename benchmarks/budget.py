@@ -6,7 +6,7 @@ bench planner` and the generated datasets, the models (SAGE mean/pool/lstm, GCN,
 and sampled and all-neighbour fanouts, plus two deep all-neighbour models (4 layers, GAT and SAGE, on
 the geometric graph: the memory wall where K alone stops), and one configuration per dataset of
 ``--datasets`` at its own size (synth-arxiv and synth-products by default); each runs at capacities from below "one seed barely fits"
-(recomputation's range, where it saves more than 10% of what K alone needs) up to "K = 1 fits",
+(recomputation's and streaming's range, where they save more than 10% of what K alone needs) up to "K = 1 fits",
 measured over the batches the run trains (see `reference_capacities`). Each capacity trains ``--steps``
 steps of fresh batches with the `Trainer` of ``cherry train`` (automatic K, budget = capacity less the
 run spec's reserve). Per configuration it reports:
@@ -57,7 +57,9 @@ DATASET_MODELS = {"synth-arxiv": ("gcn", None, 3, (4, 6, 8)), "synth-products": 
 DATASET_DEFAULT_MODEL = ("sage", "mean", 2, (5, 10))
 CAPACITY_POINTS = ("below-seed", "seed", "mid", "whole")
 DEEP_GRAPH = "geometric"
-RECOMPUTE_SAVING = 0.9  # "below-seed" runs only where recomputation's smallest measured peak is below this share of K alone's
+# "below-seed" runs only where recomputation's (or streaming's) smallest measured peak is below this
+# share of K alone's
+RECOMPUTE_SAVING = 0.9
 SPARE = 1.05  # "one seed fits" and "K = 1 fits": their peak is within the planner's limit by this factor
 # the capacity points measure the run's batches priced highest, this many of each kind (3 missed a GAT
 # hub batch on synth-tiny, ranked 7th by the analytic price, whose one-seed peak was 4.8x theirs)
@@ -216,7 +218,8 @@ def reference_capacities(dataset, config, args) -> dict[str, int]:
     index buffers), so that one seed barely fits on every batch of the run; "whole" is the largest
     peak at K = 1 over the batches priced highest at K = 1; "below-seed" lies halfway between what K
     alone needs (the least peak over K = 1, 2, 4, ... per batch, the largest over the batches measured)
-    and recomputation's smallest measured peak, where that saves more than 10%."""
+    and the smallest measured peak with recomputation (and, where the input layer streams, streaming),
+    where that saves more than 10%."""
     from cherry.memory import DeviceMemory
     from cherry.planning import BatchShape
     from cherry.sampling import slice_blocks
@@ -224,8 +227,8 @@ def reference_capacities(dataset, config, args) -> dict[str, int]:
 
     from cherry.planning.plan import resident_index_bytes
 
-    def at_k(blocks, k: int, recompute: str = "off") -> int:
-        with trainer.executor.overridden(num_microbatches=k, recompute=recompute):
+    def at_k(blocks, k: int, recompute: str = "off", stream: str = "off") -> int:
+        with trainer.executor.overridden(num_microbatches=k, recompute=recompute, stream_inputs=stream):
             return _peak_of(trainer, memory, blocks, pool, optimizer_step=True)
 
     with DeviceMemory("cpu", None) as memory, ThreadPoolExecutor(max_workers=1) as pool:
@@ -255,9 +258,11 @@ def reference_capacities(dataset, config, args) -> dict[str, int]:
         # resident buffers included, not on the activations alone)
         # and at K = 1 over the batches priced highest at K = 1: where one seed's hops reach most of the
         # graph (deep all-neighbour models), one seed per micro-batch holds every micro-batch's index
-        # buffers and no fewer activations than K = 1, so recomputation's smallest peak is there
+        # buffers and no fewer activations than K = 1, so recomputation's smallest peak is there; and
+        # one seed streamed and recomputed (a wide input layer's rows are most of one seed's peak)
         rc_peak = min(at_k(batches[seed_batch], batches[seed_batch].num_seeds, "on"),
-                      max(at_k(batches[i], 1, "on") for i in top(whole_price)))
+                      max(at_k(batches[i], 1, "on") for i in top(whole_price)),
+                      _streamed_seed_peak(trainer, batches[seed_batch], seed_peak, at_k))
         # K alone's smallest peak: per batch the least over K = 1, 2, 4, ... (on a hub graph the peak
         # need not fall with K: K = 1 prefetches nothing, one seed per micro-batch holds every
         # micro-batch's index buffers), the largest of those over the batches priced highest; measured
@@ -278,6 +283,22 @@ def reference_capacities(dataset, config, args) -> dict[str, int]:
     below = int((alone / keep + rc_cap) / 2) if rc_peak < RECOMPUTE_SAVING * alone else None
     return {"below-seed": below, "seed": int(seed_cap),
             "mid": int(math.sqrt(seed_cap * max(whole_cap, seed_cap))), "whole": int(max(whole_cap, seed_cap))}
+
+
+def _streamed_seed_peak(trainer, blocks, seed_peak: int, at_k) -> float:
+    """The peak of one seed per micro-batch of ``blocks`` with the input layer streamed and recomputed,
+    in the chunks a budget of ``seed_peak`` would have (inf where the model cannot stream)."""
+    from cherry.execution.stream import can_stream, chunk_rows, stream_width
+
+    if not can_stream(trainer.model):
+        return math.inf
+    ex = trainer.executor
+    saved = ex.stream_chunk_rows
+    ex.stream_chunk_rows = chunk_rows(stream_width(trainer.model), int(seed_peak))
+    try:
+        return at_k(blocks, blocks.num_seeds, "on", "on")
+    finally:
+        ex.stream_chunk_rows = saved
 
 
 def _smallest_k(trainer, blocks, recompute: bool, upper: int, memory, pool=None) -> tuple[int, int]:
@@ -501,7 +522,8 @@ def run_config(config: Config, args, points: list[str]) -> tuple[list[str], list
     lines, rows, done = [], [], {}
     for point in points:
         if caps[point] is None:
-            lines.append(f"{config.label:<36} {'-':>9}  below one seed: recomputation saves too little here")
+            lines.append(f"{config.label:<36} {'-':>9}  below one seed: recomputation and streaming save too "
+                         "little here")
             continue
         if caps[point] in done:  # e.g. K = 1 fits where one seed per micro-batch does (index buffers)
             lines.append(f"{config.label:<36} {'-':>9}  {point}: the same capacity as {done[caps[point]]}")

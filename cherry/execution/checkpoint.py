@@ -82,7 +82,8 @@ def trainer_state(trainer) -> dict:
         "executor_steps": trainer.executor._num_steps, "torch_rng": torch.get_rng_state(),
         "generator": trainer.generator.get_state(),
         "memory_model": {"scale": mm.scale, "floor_bytes": mm.floor_bytes, "recompute_factor": mm.recompute_factor,
-                         "rc_samples": list(mm._rc_samples),
+                         "rc_samples": list(mm._rc_samples), "st_samples": list(mm._st_samples),
+                         "st_probes": list(mm._st_probes),
                          "largest_fitted_activation_bytes": mm.largest_fitted_activation_bytes,
                          "smallest_failed_seed_bytes": dict(mm.smallest_failed_seed_bytes),
                          "samples": list(mm._samples), "measured": mm._measured,
@@ -102,6 +103,8 @@ def load_trainer_state(trainer, state: dict) -> None:
     mm.floor_bytes = int(saved["floor_bytes"])
     mm.recompute_factor = float(saved.get("recompute_factor", mm.recompute_factor))
     mm._rc_samples[:] = [tuple(p) for p in saved.get("rc_samples", [])]
+    mm.seed_stream([tuple(p) for p in saved.get("st_probes", [])], probes=True)
+    mm.seed_stream([tuple(p) for p in saved.get("st_samples", [])])
     mm.largest_fitted_activation_bytes = float(saved["largest_fitted_activation_bytes"])
     mm.smallest_failed_seed_bytes = dict(saved["smallest_failed_seed_bytes"])
     mm._samples[:] = [tuple(p) for p in saved["samples"]]

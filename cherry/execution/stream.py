@@ -23,8 +23,10 @@ An adapted model (`from_dgl`, `from_pyg`) has no ``forward_layer``: its adapter 
 layer and that layer's projections (``input_layer()``, `cherry.interop.projections`). The wrapper
 shadows that module's ``forward``: called on the placeholder, it computes the projections in one
 streamed pass and runs the stock forward with them returning ``P`` (a ``GraphConv`` runs on ``P`` with
-its weight hidden). Called on another tensor (a dropout before it), it raises and marks the model not
-streamable, since the stock layer would read a dropped copy of ``x`` the chunks cannot reproduce.
+its weight hidden). An `ExactDropout` called on the whole placeholder (the model's input dropout)
+returns it unchanged and the chunks are dropped by its mask instead, bit for bit. Called on another
+tensor (a transform before it), the layer raises and marks the model not streamable, since it would
+read a copy of ``x`` the chunks cannot reproduce.
 """
 from __future__ import annotations
 
@@ -123,6 +125,7 @@ class RowSource:
     dropout_p: float = 0.0
     step_seed: Optional[int] = None
     copy_stream: Optional["torch.cuda.Stream"] = None  # gathers there, beside the GEMMs (`chunk_pipeline`)
+    dropout_layer: int = -1  # the mask's layer (`apply_dropout`): -1 is a Cherry model's input dropout
 
     @property
     def num_rows(self) -> int:
@@ -143,7 +146,7 @@ class RowSource:
 
     def _dropped(self, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         if self.dropout_p > 0.0:
-            x = apply_dropout(x, self.nodes[start:stop], self.dropout_p, self.step_seed, -1)
+            x = apply_dropout(x, self.nodes[start:stop], self.dropout_p, self.step_seed, self.dropout_layer)
         return x
 
     def placeholder(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -233,10 +236,42 @@ def _layer_zero(model: nn.Module, source: RowSource, projections: dict[str, str]
     return forward_layer, _shadow(linears, type(layer).__name__, computed, placeholder)
 
 
+def _dropout_into_chunks(model: nn.Module, placeholder: torch.Tensor, source: RowSource, cell: list):
+    """Make each `ExactDropout` of ``model`` called on the whole placeholder return it unchanged and
+    put its mask into ``cell[0]`` (``source`` dropping those rows, chunk by chunk, as it would have);
+    any other call runs as before. The restorer."""
+    from cherry.models.exact_dropout import ExactDropout
+
+    shadowed = [m for m in model.modules() if isinstance(m, ExactDropout) and "forward" not in m.__dict__]
+
+    def shadow(module):
+        original = module.forward
+
+        def forward(h, nodes=None, layer=0):
+            if nodes is None and cell[0] is None and module.training and module.p > 0 \
+                    and module.step_seed is not None and _is_placeholder(h, placeholder) \
+                    and h.shape[0] == source.num_rows:
+                ids, mask_layer = module.mask_of(h.shape[0])
+                cell[0] = dataclasses.replace(source, nodes=ids, dropout_p=module.p, step_seed=module.step_seed,
+                                              dropout_layer=mask_layer)
+                return h
+            return original(h, nodes, layer)
+        return forward
+
+    for module in shadowed:
+        module.forward = shadow(module)
+
+    def restore() -> None:
+        for module in shadowed:
+            del module.forward
+    return restore
+
+
 def _adapter_zero(model: nn.Module, source: RowSource, layer, placeholder: torch.Tensor):
     """Shadow an adapted model's layer 0 (an ``InputLayer``) so that it streams its projections when
-    called on the placeholder; the restorer, which raises where no call did."""
-    module, computed, calls, blocks = layer.module, {}, [0], [None]
+    called on the placeholder, its input dropout (an `ExactDropout` on ``x``) applied to each chunk;
+    the restorer, which raises where no call did."""
+    module, computed, calls, blocks, dropped = layer.module, {}, [0], [None], [None]
     original = module.forward
     names = tuple(layer.projections) if layer.matmul is None else (layer.matmul,)
 
@@ -253,7 +288,7 @@ def _adapter_zero(model: nn.Module, source: RowSource, layer, placeholder: torch
         calls[0] += 1
         block = blocks[0].layers[0]
         rows = tuple(block.num_dst if layer.projections.get(n) == "dst" else block.num_src for n in names)
-        outs = StreamedProjection.apply(source, rows, *(weight(n) for n in names))
+        outs = StreamedProjection.apply(dropped[0] or source, rows, *(weight(n) for n in names))
         if layer.matmul is None:
             computed.update(zip(names, outs))
             try:
@@ -276,9 +311,11 @@ def _adapter_zero(model: nn.Module, source: RowSource, layer, placeholder: torch
     hook = model.register_forward_pre_hook(lambda _, args: blocks.__setitem__(0, args[0]))
     restore_linears = _shadow({n: getattr(module, n) for n in layer.projections}, layer.label, computed,
                               placeholder)
+    restore_dropouts = _dropout_into_chunks(model, placeholder, source, dropped)
 
     def restore(failed: bool) -> None:
         hook.remove()
+        restore_dropouts()
         restore_linears()
         del module.forward
         if not calls[0] and not failed:

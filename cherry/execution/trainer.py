@@ -141,6 +141,13 @@ class Trainer:
             limit = options.budget_bytes * (1 - options.safety)
             self.memory_model = optional_probe(self.model, dataset, spec, self.memory_model,
                                                self.device, limit) or self.memory_model
+            if options.stream_inputs != "off":  # and the streamed input layer's, measured
+                from cherry.execution.stream import can_stream, chunk_rows, stream_width
+                from cherry.execution.stream_probe import with_probed_stream
+
+                rows = chunk_rows(stream_width(self.model), options.budget_bytes) if can_stream(self.model) else 0
+                self.memory_model = with_probed_stream(self.memory_model, self.model, dataset, spec, self.device,
+                                                       rows, limit)
             if options.recompute != "off":  # and recomputation's price, measured
                 from cherry.execution.recompute_probe import with_probed_recompute
 

@@ -70,20 +70,25 @@ class ExactDropout(NodeDropout):
             return super().forward(h, nodes, layer)
         if not self.training or self.p == 0.0:
             return h
-        context = _CONTEXT.get()
         if self.step_seed is None:
             return F.dropout(h, self.p, True)
+        nodes, seed_layer = self.mask_of(h.shape[0])
+        flat = h.reshape(h.shape[0], -1)
+        return apply_dropout(flat, nodes, self.p, self.step_seed, seed_layer).reshape(h.shape)
+
+    def mask_of(self, rows: int) -> tuple[torch.Tensor, int]:
+        """``(node ids, mask layer)`` of this call's mask on ``rows`` node rows, counted as one call of
+        the context (the next call gets masks of its own): what `apply_dropout` takes. The streamed
+        input layer applies that mask chunk by chunk instead (`cherry.execution.stream`)."""
+        context = _CONTEXT.get()
         if context is None:
             raise ValueError("ExactDropout ran in a micro-batched step outside a layer: its rows' node ids are "
                              "unknown; run each layer inside cherry.models.node_rows(block, layer) (BlockModel "
                              "and cherry.interop do) or use NodeDropout(p)(h, block.dst_nodes, layer)")
         src, sizes, layer_index, calls = context
-        context[3] += 1
-        rows = h.shape[0]
         if rows not in sizes:
             raise ValueError(f"dropout on a tensor of {rows} rows in layer {layer_index}, whose node-row counts "
                              f"are {sorted(sizes)}: only node rows can be dropped exactly; apply dropout to "
                              "node features")
-        flat = h.reshape(rows, -1)
-        seed_layer = _CALL_SEED_BASE + layer_index * 64 + calls
-        return apply_dropout(flat, src[:rows], self.p, self.step_seed, seed_layer).reshape(h.shape)
+        context[3] += 1
+        return src[:rows], _CALL_SEED_BASE + layer_index * 64 + calls

@@ -27,7 +27,11 @@ The estimate is ``fixed_bytes + floor_bytes + scale * activation_bytes(shape)``:
   projection ``P`` and one chunk of gathered rows (``stream_chunk_rows``, or the micro-batch's rows
   when fewer) instead of the gathered rows, their dropped copy and the next micro-batch's prefetched rows (the
   first layer's ``per_src_kept`` and ``per_src_prefetch``). Streamed micro-batches are priced with the
-  plain calibration and never lower it; one measured above its estimate raises the scale (`observe`).
+  plain calibration but do not calibrate it (`observe`). Their activations are priced at
+  ``stream_scale`` times the plain price, plus ``stream_extra_bytes``: a line that is the upper
+  envelope of recent streamed measurements (the streamed pass's own transients: its weight gradients,
+  a chunk's mask), fitted on them and seeded by streamed probes (`seed_stream`). A model priced by
+  probes has streamed costs of its own (``stream_costs``, fitted on streamed probes).
 - ``largest_fitted_activation_bytes``: the largest analytic activation of a micro-batch that fitted in
   this run: the planner never refuses a micro-batch no larger than one that fitted;
   ``smallest_failed_seed_bytes``: the smallest single-seed micro-batch that ran out of memory (with and
@@ -99,7 +103,10 @@ def layer_costs(layer_dims, fused_aggregation: bool = True, prefetch_inputs: boo
         # dropout stores no mask: cherry.ops.node_dropout recomputes it in backward)
         out_path = (2 + (0 if d.is_last else 2 + (1 if d.dropout > 0 else 0))) * d.out_dim
         if d.model == "gat":
-            per_src += d.heads * (d.head_dim + 1)  # W h_src and a_l . W h_src
+            # W h_src and a_l . W h_src; and in backward one more [S, H, F] beside z's gradient: the
+            # gradients of z through the scores, summed into it (without it, K = 1 of a GAT on
+            # synth-products' hubs peaked 19% above its first, uncalibrated estimate)
+            per_src += d.heads * (d.head_dim + 1) + d.heads * d.head_dim
             # above the last layer four more rows, and dropout's output with dropout (no mask is kept)
             per_dst = d.heads + d.heads * d.head_dim * (1 if d.is_last else 4 + (1 if d.dropout > 0 else 0))
             # logits, leaky, softmax: O(heads) per edge. The weighted sum runs in the fused attention
@@ -172,12 +179,18 @@ class MemoryModel:
     recompute_factor: float = RECOMPUTE_PRIOR  # recomputation's scale over ``scale`` (module docstring)
     stream: bool = False  # price the streamed input layer (module docstring)
     stream_chunk_rows: int = 0  # rows of one streamed chunk (gathered, and dropped with input dropout)
+    stream_costs: tuple = ()  # per-layer costs of streamed micro-batches, where measured apart (probes)
+    stream_scale: float = 1.0  # streamed micro-batches' activations over their plain price (module docstring)
+    stream_extra_bytes: float = 0.0  # and what they hold besides (the line's intercept)
     largest_fitted_activation_bytes: float = 0.0
     smallest_failed_seed_bytes: dict = field(default_factory=dict)  # recompute? -> activation of a seed that ran out
     error_history: list[tuple[int, int]] = field(default_factory=list)
     _samples: list[tuple[float, float]] = field(default_factory=list)  # (activation, measured - fixed)
     _rc_samples: list[tuple[float, float]] = field(default_factory=list)  # the same, recomputed micro-batches
+    _st_samples: list[tuple[float, float]] = field(default_factory=list)  # streamed: (price, measured - fixed - floor)
+    _st_probes: list[tuple[float, float]] = field(default_factory=list)  # the same, of streamed probes (kept)
     _measured: bool = False  # whether the run has measured a micro-batch (seeded samples are not the run's)
+    probed: bool = False  # priced by probes measured on this device at the run's sizes (`memory_probe`)
 
     @staticmethod
     def for_model(spec, fixed_bytes: int = 0, fused_aggregation: bool = True,
@@ -208,6 +221,8 @@ class MemoryModel:
         """The per-layer costs priced: with ``stream``, the first layer holds no gathered rows."""
         if not self.stream:
             return self.costs
+        if self.stream_costs:
+            return self.stream_costs
         first = self.costs[0]
         rows = first.per_src_kept + first.per_src_prefetch
         streamed = dataclasses.replace(first, per_src=max(first.per_src - rows, 0.0), per_src_kept=0.0,
@@ -232,7 +247,8 @@ class MemoryModel:
         """A frozen-in-time copy (for planning on another thread), with ``fixed_bytes`` if given."""
         return dataclasses.replace(self, fixed_bytes=self.fixed_bytes if fixed_bytes is None else int(fixed_bytes),
                                    error_history=[], _samples=list(self._samples),
-                                   _rc_samples=list(self._rc_samples),
+                                   _rc_samples=list(self._rc_samples), _st_samples=list(self._st_samples),
+                                   _st_probes=list(self._st_probes),
                                    smallest_failed_seed_bytes=dict(self.smallest_failed_seed_bytes))
 
     def _layer_floats(self, shape: BatchShape) -> list[float]:
@@ -252,13 +268,42 @@ class MemoryModel:
         return (sum(kept) + max(_internal(layers, kept))) * FLOAT_BYTES + chunk
 
     def scale_for(self, recompute: bool | None = None) -> float:
-        """The calibrated scale of plain (or, with ``recompute``, recomputed) micro-batches; None: the
-        model's own setting."""
-        return self.scale * (self.recompute_factor if (self.recompute if recompute is None else recompute) else 1.0)
+        """The calibrated scale of plain (or, with ``recompute``, recomputed) micro-batches, times
+        `stream_scale` when streamed; None: the model's own setting."""
+        return self.scale * (self.recompute_factor if (self.recompute if recompute is None else recompute) else 1.0) \
+            * (self.stream_scale if self.stream else 1.0)
 
     def estimate_bytes(self, shape: BatchShape, recompute: bool | None = None) -> int:
-        return int(math.ceil(self.fixed_bytes + self.floor_bytes
+        return int(math.ceil(self.fixed_bytes + self.floor_bytes + self._stream_extra()
                              + self.scale_for(recompute) * self.activation_bytes(shape, recompute)))
+
+    def _stream_extra(self) -> float:
+        return self.stream_extra_bytes if self.stream else 0.0
+
+    def seed_stream(self, samples: list[tuple[float, float]], probes: bool = False) -> None:
+        """Set the streamed window to ``samples`` (its last `RC_WINDOW`), ``(plain-scaled activation
+        bytes, measured bytes above the fixed ones and the floor)`` of streamed micro-batches (with
+        ``probes``: the streamed probes', which stay for the whole run: they span the sizes, the run's
+        own micro-batches are alike). `stream_scale` and `stream_extra_bytes` become the line that is
+        the upper envelope of both: the least-squares slope (1 from one point; kept in [0.5, 4]), its
+        intercept the least that covers every sample."""
+        kept = [(float(x), float(y)) for x, y in samples if x > 0]
+        if probes:
+            self._st_probes = kept
+        else:
+            self._st_samples = kept[-RC_WINDOW:]
+        points = self._st_probes + self._st_samples
+        if not points:
+            return
+        xs, ys = [x for x, _ in points], [y for _, y in points]
+        mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+        spread = sum((x - mean_x) ** 2 for x in xs)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread > 0 else 1.0
+        self.stream_scale = min(max(slope, 0.5), 4.0)
+        # below zero where the slope is steeper than the samples' origin (no lower than pricing the
+        # smallest sample at nothing): a steep line through the origin would overprice one seed
+        self.stream_extra_bytes = max([-self.stream_scale * min(xs)] + [y - self.stream_scale * x
+                                                                         for x, y in points])
 
     def estimate_bytes_many(self, shapes: torch.Tensor) -> torch.Tensor:
         """`estimate_bytes` of every shape of ``shapes`` (``[..., L, 3]`` counts ``(num_src, num_dst,
@@ -280,7 +325,7 @@ class MemoryModel:
             kept_rows = [c.per_src_kept * counts[..., l, 0] for l, c in enumerate(costs)]
             floats = kept + torch.stack(_internal(per_layer, kept_rows)).amax(0)
         chunk = self._chunk_floats(counts[..., 0, 0]) * FLOAT_BYTES
-        return torch.ceil(self.fixed_bytes + self.floor_bytes
+        return torch.ceil(self.fixed_bytes + self.floor_bytes + self._stream_extra()
                           + self.scale_for() * (floats * FLOAT_BYTES + chunk)).to(torch.int64)
 
     @property
@@ -315,20 +360,19 @@ class MemoryModel:
         `RC_WINDOW`, moved by at most `MAX_STEP`), so that both ways share the plain scale and floor."""
         priced = self if prefetched else self.without_prefetch()  # (K = 1: nothing was prefetched)
         priced = priced.with_stream(stream) if priced.stream != stream else priced
-        self.error_history.append((priced.estimate_bytes(shape, recompute), int(measured_peak_bytes)))
+        estimate = priced.estimate_bytes(shape, recompute)
+        self.error_history.append((estimate, int(measured_peak_bytes)))
         act = priced.activation_bytes(shape, recompute)
-        if act <= 0:
-            return
-        if stream:
+        if stream and act > 0:  # the streamed line's window (module docstring)
+            price = priced.scale_for(recompute) / priced.stream_scale * act
+            held = float(measured_peak_bytes - self.fixed_bytes - self.floor_bytes)
+            self.seed_stream(self._st_samples + [(price, held)])
+        if act <= 0 or stream:
             # a streamed micro-batch holds none of the input rows, whose real cost (a gather's
             # transients) the plain scale must learn: calibrated down by it, the plain plan looked cheap
-            # after a streamed step and overran (Flickr at half the K = 1 peak: 1.04 of the budget). One
-            # measured above its estimate only raises the scale (by at most `MAX_STEP`): else a run
-            # that streams from its first step keeps the uncalibrated scale (Amazon-Computers GAT at a
-            # tenth of its K = 1 peak: micro-batches priced at half what they held ran out of memory)
-            if not recompute:
-                needed = (measured_peak_bytes - self.fixed_bytes - self.floor_bytes) / act
-                self.scale = max(self.scale, min(needed, self.scale * MAX_STEP, max(MAX_SCALE, self.scale)))
+            # after a streamed step and overran (Flickr at half the K = 1 peak: 1.04 of the budget). The
+            # streamed line above learns what streamed micro-batches hold instead (a run that streams
+            # from its first step: Amazon-Computers GAT at a tenth of its K = 1 peak)
             return
         if recompute:  # calibrates recomputation's factor only: the plain scale and floor stay
             self._rc_samples.append((act, max(0.0, float(measured_peak_bytes - self.fixed_bytes))))

@@ -33,16 +33,18 @@ def pyg_nn():
 
 class DGLNet(nn.Module):
     """``model(dgl_blocks, x)``: ``l1``, ReLU, dropout (``norm`` after it, if any), ``l2``; each layer's
-    heads flattened into features. ``pre_dropout``: the dropout also on the input features."""
+    heads flattened into features. ``pre_dropout``: the dropout also on the input features;
+    ``pre_scale``: the input features doubled before ``l1`` (a transform streaming cannot reproduce)."""
 
     def __init__(self, l1: nn.Module, l2: nn.Module, dropout: float, pre_dropout: bool = False,
-                 norm: Optional[nn.Module] = None) -> None:
+                 norm: Optional[nn.Module] = None, pre_scale: bool = False) -> None:
         super().__init__()
         self.l1, self.l2, self.drop, self.norm = l1, l2, nn.Dropout(dropout), norm
-        self.pre_dropout = pre_dropout
+        self.pre_dropout, self.pre_scale = pre_dropout, pre_scale
 
     def forward(self, blocks, x):
         x = self.drop(x) if self.pre_dropout else x
+        x = 2.0 * x if self.pre_scale else x
         h = self.drop(torch.relu(self.l1(blocks[0], x).flatten(1)))
         h = self.norm(h) if self.norm is not None else h
         return self.l2(blocks[1], h).flatten(1)

@@ -106,6 +106,67 @@ def test_probe_priced_model_stays_within_the_budget_from_its_first_step(model):
         finally:
             trainer.close()
     budget = trainer.budget_bytes
-    assert max(s.num_microbatches for s in steps) > 1  # the capacity forces a split
+    # the capacity forces a split, or (where the first layer streams) the streamed input layer
+    assert max(s.num_microbatches for s in steps) > 1 or all(s.streamed for s in steps)
     assert sum(s.num_oom_recoveries for s in steps) == 0
     assert all(s.measured_peak_bytes <= budget for s in steps), [s.measured_peak_bytes / budget for s in steps]
+
+
+def test_a_budget_below_one_probed_seed_is_refused_before_any_step():
+    """A registered layer priced by probes, at a capacity well below what one seed per micro-batch
+    needs with recomputation: the first plan refuses in one line naming the budget and the smallest
+    that would fit, before any micro-batch runs (no out-of-memory mid-run, the weights untouched)."""
+    from cherry.planning import BudgetTooSmallError
+
+    config = bench.Config("chung-lu", "gin-layer", None, 2, (5, -1), 64, 0.5)
+    dataset = bench._dataset(config.graph, ARGS.num_nodes, None, 0, config.features)
+    capacity = int(0.6 * bench.reference_capacities(dataset, config, argparse.Namespace(**vars(ARGS), steps=3))["seed"])
+    with DeviceMemory("cpu", capacity) as memory:
+        trainer = bench._trainer(dataset, config, ARGS, capacity, memory)
+        try:
+            before = [p.detach().clone() for p in trainer.model.parameters()]
+            with pytest.raises(BudgetTooSmallError) as refused:
+                trainer.train_epoch(0)
+            assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+        finally:
+            trainer.close()
+    message = str(refused.value)
+    assert "\n" not in message and f"budget {trainer.budget_bytes} B is too small for one seed" in message
+    assert "smallest budget that would fit" in message and "with recomputation" in message
+
+
+def test_a_model_whose_layer_zero_reads_a_transform_of_x_trains_unstreamed():
+    """Its first streamed probe finds layer 0 called on ``2 * x``, not ``x``: the model is marked (never
+    streamed) and the run trains under the budget unstreamed, rather than failing at construction."""
+    from cherry.compat import dgl_available, import_dgl
+    from cherry.execution import Trainer
+    from cherry.execution.stream import can_stream
+    from cherry.interop import from_dgl
+
+    ok, why = dgl_available()
+    if not ok:
+        pytest.skip(why)
+    dglnn = import_dgl().nn
+    config = bench.Config("chung-lu", "gin-layer", None, 2, (5, 10), 40, 0.0)
+    dataset = bench._dataset(config.graph, ARGS.num_nodes, None, 0, config.features)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1 = dglnn.GraphConv(40, 8, norm="right", allow_zero_in_degree=True)
+            self.l2 = dglnn.GraphConv(8, dataset.num_classes, norm="right", allow_zero_in_degree=True)
+
+        def forward(self, blocks, x):
+            return self.l2(blocks[1], torch.relu(self.l1(blocks[0], 2.0 * x)))
+
+    model = from_dgl(Net())
+    assert can_stream(model)
+    capacity = 300_000
+    with DeviceMemory("cpu", capacity) as memory:
+        trainer = Trainer(dataset, bench._spec(config, argparse.Namespace(**vars(ARGS), steps=2), capacity),
+                          memory=memory, model=model)
+        try:
+            steps = trainer.train_epoch(0)
+        finally:
+            trainer.close()
+    assert not can_stream(model) and steps and not any(s.streamed for s in steps)

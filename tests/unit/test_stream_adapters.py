@@ -25,7 +25,7 @@ def graph():
     return ds, blocks
 
 
-def _dgl(kind: str, classes: int, pre_dropout: bool = False) -> nn.Module:
+def _dgl(kind: str, classes: int, pre_dropout: bool = False, pre_scale: bool = False) -> nn.Module:
     dglnn = dgl_nn()
     from cherry.interop import from_dgl
 
@@ -35,7 +35,7 @@ def _dgl(kind: str, classes: int, pre_dropout: bool = False) -> nn.Module:
             "sage": lambda i, o: dglnn.SAGEConv(i, o, "mean"),
             "sage_pool": lambda i, o: dglnn.SAGEConv(i, o, "pool")}[kind]
     return from_dgl(DGLNet(make(FEATURES, HIDDEN), make(HIDDEN, 2 * classes), 0.5 if pre_dropout else 0.3,
-                           pre_dropout=pre_dropout))
+                           pre_dropout=pre_dropout, pre_scale=pre_scale))
 
 
 def _pyg(kind: str, classes: int) -> nn.Module:
@@ -100,10 +100,31 @@ def test_on_is_refused_naming_the_layer(graph, lib, kind, named):
                            ExecutorOptions.for_k(1, None, stream_inputs="on"))
 
 
-def test_a_dropout_before_the_layer_is_refused_at_its_first_step(graph):
-    """The stock layer is called on a dropped copy of x, not x: streaming it would lose the dropout."""
+@pytest.mark.parametrize("k,recompute", [(1, "off"), (3, "off"), (3, "on")])
+def test_an_exact_input_dropout_moves_into_the_chunks(graph, monkeypatch, k, recompute):
+    """Made exact (the trainer's guard), a dropout on x streams: each chunk dropped by the same mask."""
+    from cherry.execution.exactness import guard_model
+
     ds, blocks = graph
-    model = _dgl("gcn", ds.num_classes, pre_dropout=True)
+    monkeypatch.setattr("cherry.execution.executor.chunk_rows", lambda width, budget: 7)
+    torch.manual_seed(0)
+    model = guard_model(_dgl("gat", ds.num_classes, pre_dropout=True))
+    weights = {n: v.clone() for n, v in model.state_dict().items()}
+    want_loss, want = _grads(model, ds, blocks, k, "off", recompute)
+    model.load_state_dict(weights)
+    loss, got = _grads(model, ds, blocks, k, "on", recompute)
+    assert abs(loss - want_loss) <= 1e-5 * abs(want_loss)
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    worst = max(compare(names, want, got), key=lambda d: d.max_rel_diff)
+    assert worst.max_rel_diff <= 1e-5, worst
+    assert can_stream(model) and not any("forward" in m.__dict__ for m in model.modules())
+
+
+def test_a_transform_before_the_layer_is_refused_at_its_first_step(graph):
+    """The stock layer is called on a transformed copy of x, not x: streaming it would lose the
+    transform."""
+    ds, blocks = graph
+    model = _dgl("gcn", ds.num_classes, pre_scale=True)
     with pytest.raises(ValueError, match=r"layer 0 \(dgl\.nn\.GraphConv is called on a tensor other than"):
         _grads(model, ds, blocks, 1, "on")
     assert not can_stream(model)  # auto does not try again
