@@ -34,7 +34,7 @@ from cherry.execution.feature_cache import FeatureCache
 from cherry.execution.options import ExecutorOptions, PlannedBatch, StepStats
 from cherry.execution.recompute import can_recompute, no_units_error, recomputed
 from cherry.execution.recovery import (MicrobatchOutOfMemoryError, Replanner, SingleSeedMicrobatchOutOfMemoryError,
-                                       StepPlan, recover)
+                                       StepPlan, over_budget_from, recover, replan_rest)
 from cherry.execution.staging import PreparedInputs, StagedBatch, Staging
 from cherry.execution.stream import can_stream, check_streamable, chunk_rows, stream_width, streamed
 from cherry.models.dropout import set_dropout_step, step_seed
@@ -309,8 +309,18 @@ class MicrobatchExecutor:
                 self.memory_model.observe(shape, max(peak - work.resident_bytes + unallocated, 0),
                                           recompute=work.recompute, prefetched=len(work.parts) > 1,
                                           stream=work.stream)
+                if peak + unallocated > work.estimates[k]:  # priced low: the rest may now be above the budget
+                    future = self._rebalance(blocks, work, k + 1, future)
             k += 1
         return totals
+
+    def _rebalance(self, blocks: Blocks, work: StepPlan, k: int, future):
+        """Re-plan the step from micro-batch ``k`` when, recalibrated, one of them is above the budget
+        (`cherry.execution.recovery.over_budget_from`): before it runs out of memory, not after."""
+        how = self._replanner(blocks, work)
+        if over_budget_from(work, k, how):
+            future = replan_rest(work, k, how, abandon=lambda: self._abandon(future))
+        return future
 
     def _streaming(self, prepared: PreparedInputs):
         """The streamed input layer's wrapper for ``prepared`` (open over forward and backward), or
@@ -364,20 +374,22 @@ class MicrobatchExecutor:
     def _recover(self, blocks: Blocks, work: StepPlan, k: int, shape: BatchShape, recoveries: int,
                  oom: str) -> None:
         """Re-plan the step from micro-batch ``k`` (`cherry.execution.recovery.recover`)."""
+        recover(work, k, shape, recoveries, oom, self._replanner(blocks, work))
+
+    def _replanner(self, blocks: Blocks, work: StepPlan) -> Replanner:
+        """What a re-plan of ``work``'s rest needs (`cherry.execution.recovery.Replanner`)."""
         def plan(positions: torch.Tensor, recompute: Optional[str], num_microbatches: Optional[int]):
-            # slicing host blocks is host work, done on the preparation thread (idle: the failed step's
-            # preparation was abandoned) as the loader plans: an emulated device, which counts what its
-            # own thread allocates, then counts what a GPU would hold, not the host's slices
+            # host work, on the idle preparation thread as the loader plans: an emulated device, which
+            # counts its own thread's allocations, counts what a GPU would hold, not the host's slices
             with self.probe.phase("plan"):
                 return self._pool.submit(self.plan, blocks, positions=positions, recompute=recompute,
                                          num_microbatches=num_microbatches,
                                          stream="on" if work.stream else None).result()
 
-        how = Replanner(self.options, self.memory_model,
-                        getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes,
-                        self._can_recompute, plan, lambda parts: self.staging.to_device(parts, blocks.num_seeds),
-                        self.free)
-        recover(work, k, shape, recoveries, oom, how)
+        return Replanner(self.options, self.memory_model,
+                         getattr(self.memory, "capacity_bytes", None) or self.options.budget_bytes,
+                         self._can_recompute, plan, lambda parts: self.staging.to_device(parts, blocks.num_seeds),
+                         self.free)
 
     def free(self) -> None:
         """Return what a failed micro-batch or step left to the device (garbage and cached blocks)."""

@@ -76,11 +76,33 @@ def recover(step: StepPlan, k: int, shape: BatchShape, recoveries: int, oom_mess
             f"micro-batch {k + 1}/{len(step.parts)} ({step.groups[k].numel()} seeds, estimated "
             f"{step.estimates[k]} B{', with recomputation' if step.recompute else ''}) ran out of device memory: "
             f"{oom_message}")
+    replan_rest(step, k, how, "on" if escalate else None)
+
+
+def over_budget_from(step: StepPlan, k: int, how: Replanner) -> bool:
+    """Whether a micro-batch from ``k`` on, priced by the memory model as it is now (recalibrated by
+    the step's measurements so far), with the step's resident index buffers, is above the budget."""
+    budget = how.options.budget_bytes
+    if budget is None or how.options.num_microbatches is not None or k >= len(step.parts):
+        return False
+    model = how.memory_model.with_stream(step.stream) if how.memory_model.stream != step.stream else how.memory_model
+    model = model.without_prefetch() if len(step.parts) == 1 else model
+    resident = step.resident_bytes
+    return any(model.estimate_bytes(BatchShape.of(p), step.recompute) + resident > budget for p in step.parts[k:])
+
+
+def replan_rest(step: StepPlan, k: int, how: Replanner, recompute: Optional[str] = None,
+                abandon: Callable[[], None] = lambda: None) -> None:
+    """Re-plan the seeds of micro-batches ``k`` on (in place), finer than the plan they had: after an
+    out-of-memory, or before one, when a measurement above its estimate put the rest above the
+    budget (`over_budget_from`). ``recompute="on"``: the seeds re-planned with recomputation.
+    ``abandon`` first drops what was prepared ahead for the old plan (it returns nothing to keep)."""
+    abandon()
     remaining = torch.cat(step.groups[k:])
-    failed_k = len(step.parts) - k  # micro-batches the failed plan had left
-    del step.parts[k:], step.device_parts[k:]  # free the failed plan's blocks before slicing anew
+    failed_k = len(step.parts) - k  # micro-batches the old plan had left
+    del step.parts[k:], step.device_parts[k:]  # free the old plan's blocks before slicing anew
     how.free()
-    if escalate:  # one seed did not fit as it is: the same seeds, recomputing
+    if recompute == "on":  # one seed did not fit as it is: the same seeds, recomputing
         replan = how.plan(remaining, "on", None)
     else:
         mode = "on" if step.recompute else None

@@ -376,11 +376,12 @@ TRY_FACTOR = 2.0  # before any measurement, a single seed estimated up to this t
 
 def _worth_trying(model: MemoryModel, shape: BatchShape, estimate: int, budget_bytes: int) -> bool:
     """Whether a single-seed micro-batch estimated above the budget is still run: calibration alone
-    never refuses. It is unless an out-of-memory of a single seed at most as large proved it cannot
-    fit (`MemoryModel.has_failed`), or the model is priced by probes (`MemoryModel.probed`: its
-    estimate covers peaks measured on this device from one seed up, so above the budget it is
-    evidence), or, before the run has measured anything (the analytic model alone: a budget far too
-    small is refused before any work), the estimate is more than `TRY_FACTOR` times the budget.
+    never refuses. It is not run in three cases. An out-of-memory of a single seed at most as large
+    proved it cannot fit (`MemoryModel.has_failed`). The model is priced by probes
+    (`MemoryModel.probed`: its estimate covers peaks measured on this device from one seed up, so
+    above the budget it is evidence). Or the run has measured nothing yet (the analytic model alone:
+    a budget far too small is refused before any work) and the estimate is more than `TRY_FACTOR`
+    times the budget.
     Once calibrated, only evidence refuses: at tiny budgets a calibrated floor can put a seed above
     twice the budget while the seed still fits."""
     if model.has_failed(shape) or model.probed:

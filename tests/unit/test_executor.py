@@ -29,13 +29,13 @@ def _options(**changes) -> ExecutorOptions:
     return ExecutorOptions(**values)
 
 
-def _gradients(ds, blocks, model_name, aggr, k, rank=None, memory=None, budget=None, mm_scale=1.0):
+def _gradients(ds, blocks, model_name, aggr, k, rank=None, memory=None, budget=None, mm_scale=1.0, **options):
     torch.manual_seed(0)
     spec = ModelSpec(model_name, ds.feature_dim, 8, ds.num_classes, 2, aggr=aggr, heads=2)
     model = build_model(spec).double()
     mm = MemoryModel.for_model(spec)
     mm.scale = mm_scale
-    options = _options(num_microbatches=k, budget_bytes=budget)
+    options = _options(num_microbatches=k, budget_bytes=budget, **options)
     ex = MicrobatchExecutor(model, torch.optim.SGD(model.parameters(), lr=0.1), mm, options, seed_rank=rank,
                             memory=memory)
     stats = ex.accumulate(blocks, ds.features.double(), ds.labels)
@@ -153,6 +153,35 @@ def test_forced_underestimate_is_recovered_exactly(data):
                                 mm_scale=0.05)
     assert stats.num_oom_recoveries >= 1
     assert stats.measured_peak_bytes <= capacity
+    _assert_close(ref, got)
+
+
+def test_a_measurement_above_its_estimate_replans_the_rest_before_it_runs_out(data, monkeypatch):
+    """A micro-batch measured above its estimate recalibrates the model; when the rest of the step's
+    micro-batches are then above the budget, they are re-planned finer at once (no out-of-memory,
+    no recovery), and the gradient is the whole batch's."""
+    from cherry.memory import DeviceMemory
+
+    ds, blocks = data
+    ref, _ = _gradients(ds, blocks, "sage", "mean", 1)
+    spec = ModelSpec("sage", ds.feature_dim, 8, ds.num_classes, 2, aggr="mean", heads=2)
+    def learn(self, *args, **kwargs):  # the calibration learns it priced twice too low
+        self.scale = 1.0
+    monkeypatch.setattr(MemoryModel, "observe", learn)
+    budget = 72_000  # K = 2 at half the price (57 kB each), 8 at the price learnt (62 kB; 89 kB at K = 2)
+    planned = []
+    with DeviceMemory("cpu", "1GiB") as memory:
+        real_plan = MicrobatchExecutor.plan
+
+        def plan(self, *args, **kwargs):
+            out = real_plan(self, *args, **kwargs)
+            planned.append(out.num_microbatches)
+            return out
+        monkeypatch.setattr(MicrobatchExecutor, "plan", plan)
+        got, stats = _gradients(ds, blocks, "sage", "mean", None, memory=memory, budget=budget, mm_scale=0.5,
+                                stream_inputs="off")
+    assert len(planned) >= 2 and stats.num_microbatches > planned[0], (planned, stats)  # the rest re-planned, finer
+    assert stats.num_oom_recoveries == 0
     _assert_close(ref, got)
 
 
