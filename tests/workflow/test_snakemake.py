@@ -1,8 +1,9 @@
 """The Snakemake workflow end to end on a tiny config, its config checks, lint and the paper plan.
 
 The end-to-end test runs the real Snakefile in a temporary working directory (its own data root and
-results) with a matrix on synth-tiny that touches every rule and figure (about 25 runs, 1-2 min on
-two cores), then builds the HTML report and checks that a second invocation has nothing to do.
+results) with a matrix on synth-tiny that touches every rule and figure (about 30 runs and 4 setting
+searches, 2.5-5 min on two shared cores), then builds the HTML report and checks that a second
+invocation has nothing to do.
 """
 from __future__ import annotations
 
