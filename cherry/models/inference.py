@@ -65,7 +65,8 @@ def _infer_layer(model: torch.nn.Module, layer: int, sampler: NeighborSampler, h
                  size: int, device, advance: Callable[[int], None] = lambda rows: None) -> torch.Tensor:
     """Layer ``layer`` of every node from ``h``, ``size`` destinations per chunk, halving the size at
     each out-of-memory (re-raised when a single destination does not fit); ``advance(rows)`` after
-    each chunk done."""
+    each chunk done. The halving starts from the chunk that failed, so a size above ``n`` costs one
+    failed attempt, not one per halving down to ``n``."""
     out = None
     start = 0
     while start < n:
@@ -84,7 +85,7 @@ def _infer_layer(model: torch.nn.Module, layer: int, sampler: NeighborSampler, h
             gc.collect()
             if torch.cuda.is_available() and torch.device(device).type == "cuda":
                 torch.cuda.empty_cache()
-            size = max(1, size // 2)
+            size = max(1, (end - start) // 2)
             continue
         if out is None:
             out = host_rows(n, rows.shape[1], rows.dtype)

@@ -227,15 +227,17 @@ def wall_section(searches: pd.DataFrame) -> list[str]:
 
 def streamed_note(rows: pd.DataFrame) -> list[str]:
     """One line naming the subject's cases whose measured steps streamed their input layer
-    (`streamed_steps` of the records: n streamed of m measured), or nothing where none did."""
+    (`streamed_steps` of the records: n streamed of the m measured steps of all the case's runs at
+    that K, seeds and repeats pooled), or nothing where none did."""
     me = subject_system()
     if "streamed_steps" not in rows:
         return []
-    mine = rows[(rows["system"] == me) & (pd.to_numeric(rows["streamed_steps"], errors="coerce") > 0)]
+    mine = rows[rows["system"] == me]
+    streamed = pd.to_numeric(mine["streamed_steps"], errors="coerce").fillna(0)
     steps, warmup = mine["steps_completed"].fillna(0), mine["warmup_steps"].fillna(0)
     measured = steps.where(steps <= warmup, steps - warmup)  # the records count measured steps only
-    found = [f"{case} at K {k}: {int(g['streamed_steps'].sum())} of {int(measured[g.index].sum())} measured steps"
-             for (case, k), g in mine.groupby(["case", "k"], sort=False)]
+    found = [f"{case} at K {k}: {int(streamed[g.index].sum())} of {int(measured[g.index].sum())} measured steps"
+             for (case, k), g in mine.groupby(["case", "k"], sort=False) if streamed[g.index].sum() > 0]
     return ["", f"{me} streamed its input layer (`stream_inputs`) in " + "; ".join(found) + "."] if found else []
 
 
@@ -302,7 +304,8 @@ def convergence_section(frame: pd.DataFrame) -> list[str]:
     for (case, system, k), group in rows.groupby(["case", "system", "k"], sort=False):
         acc, loss = _last_epoch(group, "epoch_valid_acc"), _last_epoch(group, "epoch_losses")
         out.append([case, t.system_label(system, k), _fmt(acc, 4), _fmt(loss, 5), t.statuses(group)])
-    return ["## Convergence (last epoch)", ""] + _table(["case", "system", "valid acc", "loss", "status"], out)
+    return ["## Convergence (last epoch)", ""] + _table(["case", "system", "valid acc", "loss", "status"],
+                                                        out) + streamed_note(rows)
 
 
 def ablation_section(frame: pd.DataFrame, ratios: Optional[list] = None) -> list[str]:
@@ -353,6 +356,7 @@ def accuracy_cap_section(frame: pd.DataFrame) -> list[str]:
         is_subject = rows.iloc[0]["system"] == subject_system() and rows.iloc[0]["axis"] == "own_k"
         out.append([case, label, f"{0 if stats is None else stats[3]}/{len(rows)}", acc, _fmt(wall_mean(rows)),
                     t.statuses(rows), "-" if is_subject else verdict(stats, subject.get(case))])
+    streamed = _accuracy_cap_streamed(found)
     return ["## Accuracy under a fixed device", "",
             "Each system under one capacity with the settings it can fit: a plain system at the largest batch "
             "that fits (the run's fanouts) and at the run's batch with the largest fanouts that fit; the others "
@@ -360,7 +364,12 @@ def accuracy_cap_section(frame: pd.DataFrame) -> list[str]:
             f"[min, max] over seeds; a verdict against {subject_system()} only with {MIN_SEEDS}+ seeds a side and "
             "disjoint spreads. Training seconds: step time summed over the epochs (evaluation excluded), "
             "mean over seeds.", ""] + _table(
-        ["case", "setting", "seeds ok", "best-valid test acc", "train s", "status", "verdict"], out)
+        ["case", "setting", "seeds ok", "best-valid test acc", "train s", "status", "verdict"], out) + streamed
+
+
+def _accuracy_cap_streamed(found: list) -> list[str]:
+    """`streamed_note` of the accuracy-under-a-cap settings, each row named by its table's case."""
+    return streamed_note(pd.concat([rows.assign(case=case) for case, _, rows in found])) if found else []
 
 
 @dataclass(frozen=True)
