@@ -128,16 +128,20 @@ def budget_headline(bench: dict) -> str:
     table = [
         "| target | result |", "| --- | --- |",
         f"| aborted / refused steps (0) | {total['aborted_steps']} / {total['refused_steps']} over {len(rows)} "
-        f"configuration-capacity rows; recomputation on {total['recompute_rows']} rows |",
+        f"configuration-capacity rows; recomputation on {_rows(total['recompute_rows'])} |",
         f"| largest peak over the budget (<= 1.0) | {top['peak_over_budget']:.3f} ({top['config']}, "
         f"{top['peak_over_capacity']:.3f} of the capacity){user_peak} |",
         f"| chosen K over the smallest fitting K, median (<= 1.25) | {total['k_over_smallest_median']:.2f} (largest "
         f"row median {most('k_over_smallest_median', rows):.2f}{user_k}) |",
         f"| K more than doubling without the batch forcing it (0) | {total['k_unforced_jumps']} steps on "
-        f"{len(jumps)} row{'' if len(jumps) == 1 else 's'} |",
+        f"{_rows(len(jumps))} |",
         f"| estimator error per micro-batch, median of rows | {total['estimator_error_median']:.3f} |",
     ]
     return "\n".join(table)
+
+
+def _rows(count: int) -> str:
+    return f"{count} row{'' if count == 1 else 's'}"
 
 
 def _budget_record(args: argparse.Namespace) -> dict:
