@@ -1,7 +1,7 @@
 """The README's headline claims, generated from a run's records into marked regions.
 
     python -m cherry.report.headline --readme README.md results/records/searches/*.json
-    python -m cherry.report.headline --region real --readme README.md --table T --verify V... S...
+    python -m cherry.report.headline --region real --readme README.md --table T S... --verify V...
     python -m cherry.report.headline --region budget --readme README.md results/bench/budget.json
 
 Each region lies between its own opening marker, which names the command that writes it, and
@@ -167,8 +167,8 @@ REGIONS: dict[str, Region] = {
     "wall": Region("<!-- generated from records: python -m cherry.report.headline --readme README.md "
                    "results/records/searches/*.json -->", lambda a: headline(_inputs(a).searches), needs_table=False),
     "real": Region("<!-- generated from records: python -m cherry.report.headline --region real --readme README.md "
-                   "--table results/real/results/records/runs.csv --verify results/real/results/verify/*.json "
-                   "results/real/results/records/searches/*.json -->", lambda a: real_headline(_inputs(a)),
+                   "--table results/real/results/records/runs.csv results/real/results/records/searches/*.json "
+                   "--verify results/real/results/verify/*.json -->", lambda a: real_headline(_inputs(a)),
                    needs_table=True),
     "budget": Region("<!-- generated from records: python -m cherry.report.headline --region budget --readme README.md "
                      "results/bench/budget.json -->", lambda a: budget_headline(_budget_record(a)), needs_table=False),
@@ -191,9 +191,8 @@ def replace_region(text: str, body: str, begin: str = BEGIN) -> str:
     return text[:start] + "\n" + body + "\n" + text[text.index(END, start):]
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    from cherry.io import write_bytes_atomic
-
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments; each region's marker names them in an order this parser reads."""
     parser = argparse.ArgumentParser(prog="python -m cherry.report.headline", description=__doc__.splitlines()[0])
     parser.add_argument("--readme", required=True, help="the Markdown file whose generated region is rewritten")
     parser.add_argument("--region", choices=sorted(REGIONS), default="wall", help="which region to rewrite")
@@ -201,10 +200,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--verify", nargs="*", default=[], help="`cherry verify --json` records (real region)")
     parser.add_argument("records", nargs="+", help="memory-wall search records (cherry.bench.capacity_run); for "
                         "--region budget, the `cherry bench budget --json` record")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from cherry.io import write_bytes_atomic
+
+    args = parser().parse_args(argv)
     chosen = REGIONS[args.region]
     if chosen.needs_table and args.table is None:
-        parser.error(f"--region {args.region} needs --table (the run's results/records/runs.csv)")
+        parser().error(f"--region {args.region} needs --table (the run's results/records/runs.csv)")
     try:
         with open(args.readme) as f:
             text = f.read()

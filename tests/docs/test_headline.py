@@ -161,3 +161,21 @@ def test_readme_budget_region_matches_the_bench_record():
         pytest.skip("no results/bench/budget.json (the README's `cherry bench budget` command writes it)")
     assert region(text, begin) == budget_headline(json.loads(BUDGET_RECORD.read_text())), (
         f"README.md's budget region differs from {BUDGET_RECORD}: run the command in {begin}")
+
+
+@pytest.mark.parametrize("name", ["wall", "real", "budget"])
+def test_each_marker_names_a_command_the_parser_reads(name):
+    """The command in a region's marker, its globs stood for by two files each, parses into that
+    region's records (and, for the real region, its table and `cherry verify` records)."""
+    import shlex
+
+    from cherry.report.headline import REGIONS, parser
+
+    command = REGIONS[name].begin.removeprefix("<!-- generated from records: ").removesuffix(" -->")
+    tokens = shlex.split(command)
+    assert tokens[:3] == ["python", "-m", "cherry.report.headline"]
+    argv = [t2 for t in tokens[3:] for t2 in ([t.replace("*", "a"), t.replace("*", "b")] if "*" in t else [t])]
+    args = parser().parse_args(argv)
+    assert args.region == name and args.records and all("verify" not in r for r in args.records)
+    if name == "real":
+        assert args.table.endswith("runs.csv") and len(args.verify) == 2
