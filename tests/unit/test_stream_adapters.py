@@ -68,6 +68,19 @@ def _grads(model, ds, blocks, k: int, stream: str, recompute: str = "off"):
 CASES = [("dgl", "gcn"), ("dgl", "gat"), ("dgl", "gat_residual"), ("dgl", "sage"), ("pyg", "gcn"), ("pyg", "gat")]
 
 
+def _assert_streamed_equals_unstreamed(model, ds, blocks, k, recompute):
+    """Loss and gradients streamed equal the same K unstreamed (1e-5 relative), from the same weights:
+    the same K, since a stock GCN normalises by degrees within its block, which K changes."""
+    weights = {n: v.clone() for n, v in model.state_dict().items()}
+    want_loss, want = _grads(model, ds, blocks, k, "off", recompute)
+    model.load_state_dict(weights)
+    loss, got = _grads(model, ds, blocks, k, "on", recompute)
+    assert abs(loss - want_loss) <= 1e-5 * abs(want_loss)
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    worst = max(compare(names, want, got), key=lambda d: d.max_rel_diff)
+    assert worst.max_rel_diff <= 1e-5, worst
+
+
 @pytest.mark.parametrize("lib,kind", CASES)
 @pytest.mark.parametrize("k,recompute", [(1, "off"), (3, "off"), (3, "on")])
 def test_streamed_adapter_equals_unstreamed(graph, monkeypatch, lib, kind, k, recompute):
@@ -76,15 +89,7 @@ def test_streamed_adapter_equals_unstreamed(graph, monkeypatch, lib, kind, k, re
     torch.manual_seed(0)
     model = (_dgl if lib == "dgl" else _pyg)(kind, ds.num_classes)
     assert can_stream(model)
-    weights = {n: v.clone() for n, v in model.state_dict().items()}
-    # the same K unstreamed: a stock GCN normalises by degrees within its block, which K changes
-    want_loss, want = _grads(model, ds, blocks, k, "off", recompute)
-    model.load_state_dict(weights)
-    loss, got = _grads(model, ds, blocks, k, "on", recompute)
-    assert abs(loss - want_loss) <= 1e-5 * abs(want_loss)
-    names = [n for n, p in model.named_parameters() if p.requires_grad]
-    worst = max(compare(names, want, got), key=lambda d: d.max_rel_diff)
-    assert worst.max_rel_diff <= 1e-5, worst
+    _assert_streamed_equals_unstreamed(model, ds, blocks, k, recompute)
     assert not any("forward" in m.__dict__ for m in model.modules())  # every shadow is gone
 
 
@@ -109,14 +114,7 @@ def test_an_exact_input_dropout_moves_into_the_chunks(graph, monkeypatch, k, rec
     monkeypatch.setattr("cherry.execution.executor.chunk_rows", lambda width, budget: 7)
     torch.manual_seed(0)
     model = guard_model(_dgl("gat", ds.num_classes, pre_dropout=True))
-    weights = {n: v.clone() for n, v in model.state_dict().items()}
-    want_loss, want = _grads(model, ds, blocks, k, "off", recompute)
-    model.load_state_dict(weights)
-    loss, got = _grads(model, ds, blocks, k, "on", recompute)
-    assert abs(loss - want_loss) <= 1e-5 * abs(want_loss)
-    names = [n for n, p in model.named_parameters() if p.requires_grad]
-    worst = max(compare(names, want, got), key=lambda d: d.max_rel_diff)
-    assert worst.max_rel_diff <= 1e-5, worst
+    _assert_streamed_equals_unstreamed(model, ds, blocks, k, recompute)
     assert can_stream(model) and not any("forward" in m.__dict__ for m in model.modules())
 
 
